@@ -1,0 +1,78 @@
+"""Nested, timed logging in the style of the nixpkgs test driver.
+
+``with log.nested("booting machine"):`` prints the step, indents what happens inside it, and
+prints the elapsed time when it ends, whether it ended normally or with an exception. Timings
+are also kept as a flat list so that reports can break a run down by step.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TextIO
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """One finished step: its path of nested titles, duration in seconds and outcome."""
+
+    path: tuple[str, ...]
+    seconds: float
+    ok: bool
+
+
+class NestedLogger:
+    """A logger that indents nested steps and records how long each took."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self._stream = stream
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self.timings: list[StepTiming] = []
+
+    @property
+    def _stack(self) -> list[str]:
+        stack: list[str] | None = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = []
+            self._local.stack = stack
+        return stack
+
+    def _write(self, line: str) -> None:
+        stream = self._stream or sys.stderr
+        with self._lock:
+            stream.write("  " * len(self._stack) + line + "\n")
+            stream.flush()
+
+    def info(self, message: str) -> None:
+        """Log one line at the current nesting level."""
+        self._write(message)
+
+    def warning(self, message: str) -> None:
+        """Log a warning line at the current nesting level."""
+        self._write(f"WARNING: {message}")
+
+    @contextmanager
+    def nested(self, title: str) -> Iterator[None]:
+        """Log ``title``, indent everything inside, then log the elapsed time."""
+        self._write(f"{title}...")
+        self._stack.append(title)
+        start = time.monotonic()
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            elapsed = time.monotonic() - start
+            path = tuple(self._stack)
+            self._stack.pop()
+            with self._lock:
+                self.timings.append(StepTiming(path, elapsed, ok))
+            self._write(f"({'done' if ok else 'FAILED'}: {title}, {elapsed:.2f}s)")
+
+
+log = NestedLogger()

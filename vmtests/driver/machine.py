@@ -1,0 +1,242 @@
+"""The ``Machine`` interface: one API for the QEMU backend and the SSH backend.
+
+The scenario, checks and hardware gates only ever talk to a ``Machine``, so the steps run on a
+VM and on a real P150 host are the same code. Backends implement the abstract primitives
+(``start``, ``shutdown``, ``crash``, ``execute``, ``copy_to``, ``copy_from``, ``_issue_reboot``,
+``_wait_until_answering``); everything built on top of them lives here once.
+"""
+
+from __future__ import annotations
+
+import abc
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vmtests.driver.errors import CommandFailed, DriverError, WaitTimeout
+from vmtests.driver.log import log
+
+DEFAULT_COMMAND_TIMEOUT = 120.0
+DEFAULT_WAIT_TIMEOUT = 300.0
+DEFAULT_REBOOT_TIMEOUT = 300.0
+RETRY_INTERVAL = 0.5
+JOURNAL_TAIL_LINES = 40
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """The outcome of one command: exit status and both output streams, kept separate."""
+
+    command: str
+    rc: int
+    stdout: bytes
+    stderr: bytes
+    duration: float = 0.0
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def stdout_text(self) -> str:
+        """stdout decoded as UTF-8, undecodable bytes replaced."""
+        return self.stdout.decode("utf-8", errors="replace")
+
+    @property
+    def stderr_text(self) -> str:
+        """stderr decoded as UTF-8, undecodable bytes replaced."""
+        return self.stderr.decode("utf-8", errors="replace")
+
+    @property
+    def succeeded(self) -> bool:
+        """True when the command exited with status 0."""
+        return self.rc == 0
+
+
+class Machine(abc.ABC):
+    """A machine under test: a QEMU guest or a real host reached over ssh."""
+
+    name: str
+
+    # ---- primitives every backend implements -------------------------------------------------
+
+    @abc.abstractmethod
+    def start(self) -> None:
+        """Start the machine (or connect to it) and wait until commands can run."""
+
+    @abc.abstractmethod
+    def shutdown(self, timeout: float = DEFAULT_REBOOT_TIMEOUT) -> None:
+        """Power the machine off cleanly and wait until it is gone."""
+
+    @abc.abstractmethod
+    def crash(self) -> None:
+        """Power the machine off hard, without a clean shutdown."""
+
+    @abc.abstractmethod
+    def execute(self, command: str, timeout: float = DEFAULT_COMMAND_TIMEOUT) -> CommandResult:
+        """Run ``command`` as root through ``sh -c``; return rc, stdout and stderr.
+
+        Raises ``WaitTimeout`` when the command runs longer than ``timeout`` (the machine stays
+        usable) and ``MachineGone`` when the machine stops answering.
+        """
+
+    @abc.abstractmethod
+    def copy_to(self, source: Path, destination: str, timeout: float = 120.0) -> None:
+        """Copy a host file or directory to ``destination`` on the machine."""
+
+    @abc.abstractmethod
+    def copy_from(self, source: str, destination: Path, timeout: float = 120.0) -> None:
+        """Copy a file or directory at ``source`` on the machine to the host."""
+
+    @abc.abstractmethod
+    def _issue_reboot(self) -> None:
+        """Ask the machine to reboot and return without waiting."""
+
+    @abc.abstractmethod
+    def _wait_until_answering(self, deadline: float) -> None:
+        """Block until commands run again after a reboot, or raise ``WaitTimeout`` at deadline."""
+
+    # ---- shared behaviour built on the primitives --------------------------------------------
+
+    def succeed(self, command: str, timeout: float = DEFAULT_COMMAND_TIMEOUT) -> str:
+        """Run ``command``; return its stdout as text, raise ``CommandFailed`` on rc != 0."""
+        result = self.execute(command, timeout)
+        if result.rc != 0:
+            raise CommandFailed(result)
+        return result.stdout_text
+
+    def fail(self, command: str, timeout: float = DEFAULT_COMMAND_TIMEOUT) -> str:
+        """Run ``command``; return its stderr as text, raise ``CommandFailed`` on rc == 0."""
+        result = self.execute(command, timeout)
+        if result.rc == 0:
+            raise CommandFailed(result, expectation="a non-zero exit status")
+        return result.stderr_text
+
+    def wait_until_succeeds(
+        self, command: str, timeout: float = DEFAULT_WAIT_TIMEOUT
+    ) -> CommandResult:
+        """Retry ``command`` until it exits 0; raise ``WaitTimeout`` with its last output."""
+        last: list[CommandResult] = []
+
+        def attempt() -> bool:
+            remaining = max(1.0, deadline - time.monotonic())
+            result = self.execute(command, timeout=min(remaining, DEFAULT_COMMAND_TIMEOUT))
+            last[:] = [result]
+            return result.rc == 0
+
+        deadline = time.monotonic() + timeout
+        with log.nested(f"waiting until {command!r} succeeds"):
+            self._poll(attempt, deadline, f"{command!r} to succeed", lambda: _describe(last))
+        return last[0]
+
+    def wait_for_unit(self, unit: str, timeout: float = DEFAULT_WAIT_TIMEOUT) -> None:
+        """Wait until ``unit`` is active; raise at once if it enters ``failed``.
+
+        On failure or timeout the error carries ``systemctl status`` and the unit's journal tail.
+        """
+        quoted = shlex.quote(unit)
+        state: list[str] = [""]
+
+        def attempt() -> bool:
+            result = self.execute(f"systemctl show -p ActiveState --value {quoted}")
+            state[0] = result.stdout_text.strip()
+            if state[0] == "failed":
+                raise DriverError(
+                    f"unit {unit} entered state 'failed' while waiting for 'active'\n"
+                    + self.unit_diagnostics(unit)
+                )
+            return state[0] == "active"
+
+        deadline = time.monotonic() + timeout
+        with log.nested(f"waiting for unit {unit}"):
+            self._poll(
+                attempt,
+                deadline,
+                f"unit {unit} to become active",
+                lambda: f"ActiveState={state[0]}\n" + self.unit_diagnostics(unit),
+            )
+
+    def wait_for_open_port(
+        self, port: int, address: str = "127.0.0.1", timeout: float = DEFAULT_WAIT_TIMEOUT
+    ) -> None:
+        """Wait until ``address:port`` on the machine accepts TCP connections."""
+        # bash's /dev/tcp exists on NixOS, Debian and the P150 hosts alike; no python needed.
+        probe = f"timeout 5 bash -c 'exec 3<>/dev/tcp/{address}/{int(port)}'"
+        with log.nested(f"waiting for port {address}:{port}"):
+            self._poll(
+                lambda: self.execute(probe, timeout=10).rc == 0,
+                time.monotonic() + timeout,
+                f"port {address}:{port} to accept connections",
+                lambda: self.execute("ss -ltnp 2>&1 | tail -n 20", timeout=10).stdout_text,
+            )
+
+    def journal(self, unit: str | None = None, boot: str = "0", lines: int | None = None) -> str:
+        """Return journal lines of ``boot`` (default: the current boot), optionally of one unit."""
+        command = f"journalctl --no-pager -o short-iso -b {shlex.quote(boot)}"
+        if unit is not None:
+            command += f" -u {shlex.quote(unit)}"
+        if lines is not None:
+            command += f" -n {int(lines)}"
+        return self.succeed(command)
+
+    def boot_id(self) -> str:
+        """Return the kernel's boot ID of the running boot."""
+        return self.succeed("cat /proc/sys/kernel/random/boot_id").strip()
+
+    def reboot(self, timeout: float = DEFAULT_REBOOT_TIMEOUT) -> str:
+        """Reboot, wait until the machine answers again, and prove a new boot began.
+
+        Returns the new boot ID. Raises ``WaitTimeout`` if no boot answers in time and
+        ``DriverError`` if the same boot answers again.
+        """
+        old = self.boot_id()
+        with log.nested(f"rebooting {self.name} (boot {old})"):
+            self._issue_reboot()
+            deadline = time.monotonic() + timeout
+            self._wait_until_answering(deadline)
+            new = self.boot_id()
+            if new == old:
+                raise DriverError(
+                    f"{self.name}: reboot issued but the same boot {old} answered; "
+                    "the machine did not reboot"
+                )
+            log.info(f"new boot {new}")
+        return new
+
+    def unit_diagnostics(self, unit: str) -> str:
+        """``systemctl status`` and the last journal lines of ``unit`` in this boot."""
+        quoted = shlex.quote(unit)
+        status = self.execute(f"systemctl status --no-pager -l {quoted}", timeout=30)
+        journal = self.execute(
+            f"journalctl --no-pager -b 0 -u {quoted} -n {JOURNAL_TAIL_LINES}", timeout=30
+        )
+        return (
+            f"--- systemctl status {unit} ---\n{status.stdout_text.rstrip()}\n"
+            f"--- journal (last {JOURNAL_TAIL_LINES} lines, this boot) ---\n"
+            f"{journal.stdout_text.rstrip()}"
+        )
+
+    def _poll(
+        self,
+        attempt: Callable[[], bool],
+        deadline: float,
+        awaited: str,
+        last_seen: Callable[[], str],
+    ) -> None:
+        """Call ``attempt`` until it returns True; past ``deadline`` raise ``WaitTimeout``."""
+        start = time.monotonic()
+        while True:
+            if attempt():
+                return
+            if time.monotonic() >= deadline:
+                raise WaitTimeout(awaited, time.monotonic() - start, last_seen())
+            time.sleep(RETRY_INTERVAL)
+
+
+def _describe(results: list[CommandResult]) -> str:
+    if not results:
+        return "(the command never completed)"
+    result = results[0]
+    return (
+        f"rc={result.rc}\nstdout: {result.stdout_text.rstrip()[-2000:]}\n"
+        f"stderr: {result.stderr_text.rstrip()[-2000:]}"
+    )

@@ -1,0 +1,147 @@
+{
+  description = "vmtests: prove Tenstorrent LLM serving settings survive nixos-rebuild switch and reboot";
+
+  inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-unstable";
+
+  outputs =
+    { self, nixpkgs }:
+    let
+      system = "x86_64-linux";
+      inherit (nixpkgs) lib;
+      pkgs = nixpkgs.legacyPackages.${system};
+      nixos = modules: lib.nixosSystem { inherit system modules; };
+
+      # Serving profiles the VM test can switch to (hosts/profiles/<name>.nix, with the
+      # expectations in vmtests/profiles/<name>.yaml).
+      servingProfiles = {
+        cfx-llm2 = ./hosts/profiles/cfx-llm2.nix;
+        resident = ./hosts/profiles/resident.nix;
+      };
+      vmTargets = lib.mapAttrs (_: profile: nixos [ (import ./hosts/vm-test/target.nix profile) ]) servingProfiles;
+      toplevel = configuration: configuration.config.system.build.toplevel;
+      vmBase = nixos [
+        (import ./hosts/vm-test/base.nix { targets = lib.mapAttrsToList (_: toplevel) vmTargets; })
+      ];
+
+      vmtests = pkgs.python3Packages.buildPythonApplication {
+        pname = "vmtests";
+        version = "0.1.0";
+        pyproject = true;
+        src = lib.cleanSource ./.;
+        build-system = [ pkgs.python3Packages.setuptools ];
+        dependencies = with pkgs.python3Packages; [
+          pytest
+          pexpect
+          pyyaml
+          requests
+          qemu-qmp
+        ];
+        makeWrapperArgs = [
+          "--prefix PATH : ${
+            lib.makeBinPath [
+              pkgs.openssh
+              pkgs.qemu_kvm
+            ]
+          }"
+        ];
+        doCheck = false;
+      };
+
+      # `nix run .#persistence [profile] [report-dir]`: boot the base VM, switch to the profile's
+      # target, reboot, and prove every flag, variable and banner survived.
+      persistence = pkgs.writeShellApplication {
+        name = "vmtests-persistence";
+        text = ''
+          profile=''${1:-cfx-llm2}
+          report_dir=''${2:-$PWD/vmtests-report}
+          case "$profile" in
+          ${lib.concatStrings (
+            lib.mapAttrsToList (name: target: ''
+              ${name}) target=${toplevel target} ;;
+            '') vmTargets
+          )}
+            *) echo "unknown profile $profile (known: ${lib.concatStringsSep " " (lib.attrNames vmTargets)})" >&2; exit 2 ;;
+          esac
+          exec ${vmtests}/bin/vmtests run \
+            --profile "$profile" \
+            --target "qemu-nixos:${vmBase.config.system.build.vm}/bin/run-${vmBase.config.system.name}-vm" \
+            --switch-command "nix-env -p /nix/var/nix/profiles/system --set $target && $target/bin/switch-to-configuration switch" \
+            --report-dir "$report_dir"
+        '';
+      };
+
+      # Evaluating a toplevel's drvPath runs every module assertion without building anything.
+      evaluates =
+        name: configuration:
+        pkgs.writeText "${name}-evaluates" (
+          builtins.unsafeDiscardStringContext (toplevel configuration).drvPath
+        );
+    in
+    {
+      nixosModules = {
+        tenstorrent-serving = ./modules/tenstorrent-serving.nix;
+        tenstorrent-stub = ./modules/tenstorrent-stub.nix;
+        test-instrumentation = ./modules/test-instrumentation.nix;
+        default = self.nixosModules.tenstorrent-serving;
+      };
+
+      nixosConfigurations = {
+        cfx-llm2 = nixos [ ./hosts/cfx-llm2 ];
+        vm-test-base = vmBase;
+      }
+      // lib.mapAttrs' (name: target: lib.nameValuePair "vm-test-${name}" target) vmTargets;
+
+      checks.${system} = {
+        # The builtins-only core for every serving profile: no failed assertion.
+        core-profiles =
+          let
+            results = lib.mapAttrs (_: profile: import ./modules/serving/core.nix (import profile)) (
+              servingProfiles // { baseline = ./hosts/profiles/baseline.nix; }
+            );
+            failing = lib.filterAttrs (_: result: result.failedAssertions != [ ]) results;
+          in
+          if failing == { } then
+            pkgs.writeText "core-profiles.json" (builtins.toJSON results)
+          else
+            throw "serving profiles fail their assertions: ${builtins.toJSON (lib.mapAttrs (_: r: r.failedAssertions) failing)}";
+        cfx-llm2-evaluates = evaluates "cfx-llm2" self.nixosConfigurations.cfx-llm2;
+        vm-test-base-evaluates = evaluates "vm-test-base" vmBase;
+      }
+      // lib.mapAttrs' (name: target: lib.nameValuePair "vm-test-${name}-evaluates" (evaluates name target)) vmTargets;
+
+      packages.${system} = {
+        inherit vmtests;
+        default = vmtests;
+        vm-test-base = vmBase.config.system.build.vm;
+      };
+
+      apps.${system}.persistence = {
+        type = "app";
+        program = lib.getExe persistence;
+      };
+
+      devShells.${system}.default = pkgs.mkShell {
+        packages = [
+          (pkgs.python3.withPackages (
+            ps: with ps; [
+              pytest
+              pexpect
+              pyyaml
+              requests
+              qemu-qmp
+              mypy
+              types-pyyaml
+              types-requests
+            ]
+          ))
+          pkgs.ruff
+          pkgs.nix
+          pkgs.qemu_kvm
+          pkgs.openssh
+          pkgs.nixfmt-rfc-style
+        ];
+      };
+
+      formatter.${system} = pkgs.nixfmt-rfc-style;
+    };
+}

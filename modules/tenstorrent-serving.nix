@@ -1,0 +1,210 @@
+# services.tenstorrent-serving: vLLM + the Tenstorrent plugin on a P150, run as a container by
+# virtualisation.oci-containers, with every validated setting declared (serve issue #52).
+#
+# All flag and environment logic lives in ./serving/core.nix (builtins only, tested without
+# nixpkgs); this module only declares the options and wires the core's output into NixOS:
+# the container, its graceful stop, the boot-time hugepage reservation and the startup banner.
+{
+  config,
+  lib,
+  ...
+}:
+let
+  inherit (lib) mkOption types;
+  cfg = config.services.tenstorrent-serving;
+  defaults = import ./serving/defaults.nix;
+  core = import ./serving/core.nix cfg;
+
+  name = "tenstorrent-serving";
+  backend = config.virtualisation.oci-containers.backend;
+  stopTimeout = toString core.stopTimeout;
+  hugepages = core.hugepages;
+  hugepageMount = "/dev/hugepages-${cfg.hugepages.size}";
+  hugepageUnit = "tenstorrent-hugepages.service";
+
+  # nixpkgs' oci-containers stops with a bare `docker stop` (10 s, then SIGKILL) and then
+  # `docker rm -f`. The advisory wants `docker stop -t 60`, never `rm -f`, so both are replaced:
+  # ExecStop waits the full grace period, ExecStopPost only removes a container that is stopped.
+  stopCommand =
+    if backend == "podman" then
+      "podman stop --ignore -t ${stopTimeout} --cidfile=/run/${name}/ctr-id"
+    else
+      "docker stop -t ${stopTimeout} ${name} || true";
+  postStopCommand =
+    if backend == "podman" then
+      ''
+        podman stop --ignore -t ${stopTimeout} --cidfile=/run/${name}/ctr-id
+        podman rm --ignore --cidfile=/run/${name}/ctr-id
+      ''
+    else
+      ''
+        docker stop -t ${stopTimeout} ${name} >/dev/null 2>&1 || true
+        docker rm ${name} >/dev/null 2>&1 || true
+      '';
+
+  option =
+    key: type: description:
+    mkOption {
+      inherit type description;
+      default = defaults.${key};
+    };
+  featureOption =
+    key: what:
+    option key types.bool "${what} Sets the container variable named by `environmentNames.${key}` (default `${defaults.environmentNames.${key}}`).";
+in
+{
+  options.services.tenstorrent-serving = {
+    enable = lib.mkEnableOption "the Tenstorrent vLLM serving container (tenstorrent-serving.service)";
+    image = option "image" types.str "OCI image that runs vLLM with the Tenstorrent plugin.";
+    imageFile =
+      option "imageFile" (types.nullOr types.package)
+        "Image archive loaded before start (offline hosts, VM tests); its name:tag must equal `image`.";
+    model = option "model" types.str "Model path or id passed as `--model`.";
+    servedModelName =
+      option "servedModelName" (types.nullOr types.str)
+        "Name clients use (`--served-model-name`); null leaves vLLM's default.";
+    host = option "host" types.str "Address vLLM listens on (`--host`; the container uses host networking).";
+    port = option "port" types.port "Port vLLM listens on (`--port`).";
+    devices =
+      option "devices" (types.listOf types.str)
+        "Tenstorrent device nodes passed to the container with `--device`.";
+    blockSize = option "blockSize" (types.nullOr types.ints.positive) "`--block-size` (64 for qwen36).";
+    maxModelLen = option "maxModelLen" (types.nullOr types.ints.positive) "`--max-model-len`, null for vLLM's default.";
+    maxNumSeqs = option "maxNumSeqs" (types.nullOr types.ints.positive) "`--max-num-seqs`, null for vLLM's default.";
+
+    enablePrefixCaching =
+      option "enablePrefixCaching" types.bool
+        "Pass `--enable-prefix-caching --mamba-cache-mode <mambaCacheMode>` (else `--no-enable-prefix-caching`). Implies synchronous scheduling.";
+    mambaCacheMode =
+      option "mambaCacheMode" (types.enum [ "all" "align" "none" ])
+        "`--mamba-cache-mode` used with prefix caching.";
+    asyncScheduling =
+      option "asyncScheduling" (types.nullOr types.bool)
+        "`--async-scheduling` (true) / `--no-async-scheduling` (false). null = automatic: `--no-async-scheduling` whenever prefix caching is on (prefix sidecars require synchronous local execution); true with prefix caching is an assertion failure.";
+
+    deviceResident = featureOption "deviceResident" "Phase 2a device-resident decode chain. Requires `deviceArgmax`; see hosts/profiles/resident.nix for why it is not the production default.";
+    deviceArgmax = featureOption "deviceArgmax" "On-device argmax sampling.";
+    sdpaStreaming = featureOption "sdpaStreaming" "SDPA streaming.";
+    mergeBatchGuard = featureOption "mergeBatchGuard" "Merge batch guard (#45).";
+    environmentNames =
+      option "environmentNames" (types.attrsOf types.str)
+        "Container variable name of each feature switch; defaults come from modules/serving/features.json. Override one if the image expects another name.";
+
+    toolCalling = {
+      enable = mkOption {
+        type = types.bool;
+        default = defaults.toolCalling.enable;
+        description = "Tool calling: `--enable-auto-tool-choice --tool-call-parser <parser>`.";
+      };
+      parser = mkOption {
+        type = types.nullOr types.str;
+        default = defaults.toolCalling.parser;
+        description = "`--tool-call-parser` (Qwen3.6: qwen3_coder). Required when tool calling is on.";
+      };
+    };
+
+    hugepages = {
+      count = mkOption {
+        type = types.ints.unsigned;
+        default = defaults.hugepages.count;
+        description = "Hugepages reserved at boot by a sysinit-ordered oneshot (0 = none); mounted as hugetlbfs on /dev/hugepages-<size> and passed to the container.";
+      };
+      size = mkOption {
+        type = types.enum [ "1G" "2M" ];
+        default = defaults.hugepages.size;
+        description = "Hugepage size.";
+      };
+    };
+
+    extraArgs =
+      option "extraArgs" (types.listOf types.str)
+        "More vLLM arguments, appended last. Flags the module manages are rejected.";
+    extraEnvironment =
+      option "extraEnvironment" (types.attrsOf types.str)
+        "More container variables. Feature variables are rejected: use the feature options.";
+    extraOptions =
+      option "extraOptions" (types.listOf types.str)
+        "More `docker run` options (one token each, e.g. `--volume=/srv/models:/models:ro`).";
+    stopTimeout =
+      option "stopTimeout" types.ints.positive
+        "Graceful stop in seconds (`docker stop -t`); systemd's stop timeout is set 30 s above it.";
+  };
+
+  config = lib.mkIf cfg.enable {
+    assertions = map (message: {
+      assertion = false;
+      inherit message;
+    }) core.failedAssertions;
+    warnings = core.warnings;
+
+    virtualisation.oci-containers.backend = lib.mkDefault "docker";
+    virtualisation.oci-containers.containers.${name} = {
+      inherit (cfg) image imageFile;
+      serviceName = name;
+      cmd = core.args;
+      environment = core.environment;
+      log-driver = "journald";
+      extraOptions =
+        map (device: "--device=${device}") cfg.devices
+        ++ lib.optional (hugepages != null) "--volume=${hugepageMount}:${hugepageMount}"
+        ++ [
+          "--ipc=host"
+          "--network=host"
+        ]
+        ++ cfg.extraOptions;
+    };
+
+    systemd.services.${name} = {
+      # The module's own banner, first in this boot's journal of the unit.
+      preStart = "echo ${lib.escapeShellArg core.banner}";
+      preStop = lib.mkForce stopCommand;
+      postStop = lib.mkForce postStopCommand;
+      serviceConfig.TimeoutStopSec = lib.mkForce (core.stopTimeout + 30);
+      after = lib.optional (hugepages != null) hugepageUnit;
+      requires = lib.optional (hugepages != null) hugepageUnit;
+      unitConfig.RequiresMountsFor = lib.mkIf (hugepages != null) hugepageMount;
+    };
+
+    # Reserved at boot, never at runtime only: the production reduction was lost that way (#49).
+    systemd.services.tenstorrent-hugepages = lib.mkIf (hugepages != null) {
+      description = "Reserve ${toString hugepages.count} x ${hugepages.size} hugepages for ${name}";
+      wantedBy = [ "sysinit.target" ];
+      before = [
+        "sysinit.target"
+        "shutdown.target"
+      ];
+      conflicts = [ "shutdown.target" ];
+      unitConfig.DefaultDependencies = false;
+      serviceConfig = {
+        Type = "oneshot";
+        RemainAfterExit = true;
+      };
+      script = ''
+        pool=/sys/kernel/mm/hugepages/hugepages-${toString hugepages.sizeKiB}kB
+        if [ ! -d "$pool" ]; then
+          echo "$pool is missing: this CPU/kernel offers no ${hugepages.size} pages" >&2
+          exit 1
+        fi
+        echo ${toString hugepages.count} > "$pool/nr_hugepages"
+        got=$(cat "$pool/nr_hugepages")
+        if [ "$got" -ne ${toString hugepages.count} ]; then
+          echo "reserved $got of ${toString hugepages.count} ${hugepages.size} hugepages" >&2
+          exit 1
+        fi
+        echo "reserved ${toString hugepages.count} x ${hugepages.size} hugepages"
+      '';
+    };
+
+    systemd.mounts = lib.optional (hugepages != null) {
+      description = "hugetlbfs with ${hugepages.size} pages for ${name}";
+      what = "hugetlbfs";
+      where = hugepageMount;
+      type = "hugetlbfs";
+      options = "pagesize=${hugepages.size}";
+      wantedBy = [ "sysinit.target" ];
+      before = [ "sysinit.target" ];
+      after = [ hugepageUnit ];
+      unitConfig.DefaultDependencies = false;
+    };
+  };
+}

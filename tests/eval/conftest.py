@@ -1,0 +1,31 @@
+"""Fixtures of the eval tier: nix-instantiate and a nixpkgs lib, skipped with the reason."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from vmtests.nixcore import find_nixpkgs_lib
+
+
+@pytest.fixture(scope="session")
+def nix() -> str:
+    """Path of nix-instantiate; skips the test (with how to get it) when it is missing."""
+    found = shutil.which("nix-instantiate")
+    if found is None:
+        pytest.skip("nix-instantiate not found: install Nix (Debian: apt-get install nix-bin)")
+    return found
+
+
+@pytest.fixture(scope="session")
+def nixpkgs_lib(nix: str) -> Path:
+    """A nixpkgs lib for full module evaluation; skips with the search order when none is found."""
+    found = find_nixpkgs_lib()
+    if found is None:
+        pytest.skip(
+            "no nixpkgs lib: set $NIXPKGS_LIB, put nix-community/nixpkgs.lib at "
+            "~/.cache/vmtests/nixpkgs-lib, or provide <nixpkgs/lib> via NIX_PATH"
+        )
+    return found

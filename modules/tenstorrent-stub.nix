@@ -1,0 +1,110 @@
+# Stubbed Tenstorrent P150 device layer for NixOS VMs (no card, no network).
+#
+# With hardware.tenstorrent-stub.enable the VM gets what the serving module needs from a P150
+# host, so services.tenstorrent-serving runs unchanged:
+# - /dev/tenstorrent/0, a character device (major 245 from the local/experimental range 240-254;
+#   no driver backs it: only stat and docker's --device use it), created at every boot;
+# - the stub driver version file /run/tenstorrent-stub/driver-version (stands in for
+#   /sys/module/tenstorrent/version; volatile like sysfs, rewritten at every boot);
+# - the stub tt-smi on PATH;
+# - a dockerTools image of the stub vLLM server (python3 -m vmtests.stub.server), loaded offline
+#   through services.tenstorrent-serving.imageFile.
+#
+# The tmpfiles rules are the same as vmtests/stub/device.py's (tests/stub/test_stub_install.py
+# fails if they drift); the stub's environment knobs are documented in vmtests/stub/knobs.py.
+{
+  config,
+  lib,
+  pkgs,
+  ...
+}:
+let
+  cfg = config.hardware.tenstorrent-stub;
+
+  # Only the stub subpackage: the server and tt-smi use the standard library alone. The
+  # features.json symlink is left out here and replaced by the file it points to.
+  stubSource = builtins.path {
+    name = "vmtests-stub-source";
+    path = ../vmtests/stub;
+    filter =
+      path: type:
+      let
+        base = baseNameOf path;
+      in
+      base != "__pycache__" && base != "features.json" && !(lib.hasSuffix ".pyc" base);
+  };
+
+  stubPackage = pkgs.runCommand "vmtests-stub-package" { } ''
+    root=$out/lib/vmtests-stub/vmtests
+    mkdir -p $root
+    cp ${../vmtests/__init__.py} $root/__init__.py
+    cp -r ${stubSource} $root/stub
+    chmod -R u+w $root
+    cp ${./serving/features.json} $root/stub/features.json
+  '';
+
+  pythonPath = "${stubPackage}/lib/vmtests-stub";
+
+  ttSmi = pkgs.writeShellScriptBin "tt-smi" ''
+    PYTHONPATH=${pythonPath} exec ${cfg.python}/bin/python3 -m vmtests.stub.tt_smi "$@"
+  '';
+
+  stubImage = pkgs.dockerTools.buildLayeredImage {
+    name = "vmtests-stub-vllm";
+    tag = "latest";
+    contents = [ cfg.python ];
+    config = {
+      Entrypoint = [
+        "${cfg.python}/bin/python3"
+        "-m"
+        "vmtests.stub.server"
+      ];
+      Env = [
+        "PYTHONPATH=${pythonPath}"
+        "PYTHONUNBUFFERED=1"
+      ];
+    };
+  };
+in
+{
+  options.hardware.tenstorrent-stub = {
+    enable = lib.mkEnableOption "the stubbed Tenstorrent P150 device layer (VM tests only)";
+    python = lib.mkOption {
+      type = lib.types.package;
+      default = pkgs.python3;
+      defaultText = lib.literalExpression "pkgs.python3";
+      description = "Python that runs the stub tt-smi and the stub server image (standard library only).";
+    };
+    image = lib.mkOption {
+      type = lib.types.package;
+      readOnly = true;
+      default = stubImage;
+      defaultText = lib.literalMD "a `dockerTools.buildLayeredImage` of the stub vLLM server";
+      description = "The stub serving image archive (`vmtests-stub-vllm:latest`).";
+    };
+  };
+
+  config = lib.mkIf cfg.enable {
+    assertions = [
+      {
+        assertion = !(config.hardware.tenstorrent.enable or false);
+        message = "hardware.tenstorrent-stub and hardware.tenstorrent (the real tt-kmd) exclude each other.";
+      }
+    ];
+
+    systemd.tmpfiles.rules = [
+      "d /dev/tenstorrent 0755 root root -"
+      "c /dev/tenstorrent/0 0666 root root - 245:0"
+      "d /run/tenstorrent-stub 0755 root root -"
+      "f+ /run/tenstorrent-stub/driver-version 0444 root root - 2.10.0"
+    ];
+
+    environment.systemPackages = [ ttSmi ];
+
+    # The serving module runs unchanged; only where its image comes from differs.
+    services.tenstorrent-serving = {
+      image = lib.mkDefault "${stubImage.imageName}:${stubImage.imageTag}";
+      imageFile = lib.mkDefault stubImage;
+    };
+  };
+}

@@ -1,0 +1,145 @@
+"""Child processes (QEMU, ssh) that can never outlive the test session.
+
+Three layers, because each covers a case the others miss:
+
+- ``PR_SET_PDEATHSIG``: the kernel SIGKILLs the child when the process that spawned it dies,
+  even by SIGKILL where no Python code runs. (It fires when the spawning *thread* exits, so
+  spawn from a long-lived thread: the main thread in practice.)
+- a registry killed from ``atexit`` and from a SIGTERM/SIGHUP handler: covers interpreter exit
+  and polite termination, including Ctrl-C that skips fixture teardown;
+- callers kill their children in ``finally`` blocks (``reap``), the normal path.
+
+Every child gets its own session, so killing its process group also kills what it forked.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+_registry: dict[int, str] = {}
+_registry_lock = threading.Lock()
+_handlers_installed = False
+
+
+def child_setup() -> None:
+    """``preexec_fn`` for children: die with the parent (PR_SET_PDEATHSIG=SIGKILL)."""
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    # The parent may have died between fork and prctl: then nobody would ever signal us.
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def register(pid: int, what: str) -> None:
+    """Track ``pid`` (a session leader) so it is killed at exit if nobody reaped it."""
+    _install_handlers()
+    with _registry_lock:
+        _registry[pid] = what
+
+
+def unregister(pid: int) -> None:
+    """Stop tracking ``pid`` (it has been reaped)."""
+    with _registry_lock:
+        _registry.pop(pid, None)
+
+
+def spawn(argv: Sequence[str], what: str, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in its own session with PR_SET_PDEATHSIG, registered for cleanup."""
+    proc = subprocess.Popen(
+        list(argv),
+        preexec_fn=child_setup,  # noqa: PLW1509  (only async-signal-safe work happens in it)
+        start_new_session=True,
+        **popen_kwargs,
+    )
+    register(proc.pid, what)
+    return proc
+
+
+def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
+    """Send ``sig`` to the process group led by ``pid``; ignore groups that are gone."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def reap(proc: subprocess.Popen[bytes], grace: float = 5.0) -> int | None:
+    """Terminate ``proc`` and its group: SIGTERM, then SIGKILL after ``grace`` seconds."""
+    try:
+        if proc.poll() is None:
+            kill_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                kill_group(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+        # Grandchildren may linger in the group after the leader exited.
+        kill_group(proc.pid, signal.SIGKILL)
+        return proc.returncode
+    finally:
+        unregister(proc.pid)
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
+    """Return True once no process ``pid`` exists (or it is a zombie) within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                if handle.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def kill_all() -> None:
+    """Kill every registered child's process group (the exit-time safety net)."""
+    with _registry_lock:
+        pids = list(_registry)
+        _registry.clear()
+    for pid in pids:
+        kill_group(pid)
+
+
+def _install_handlers() -> None:
+    """Install the atexit hook and chain SIGTERM/SIGHUP handlers, once per process."""
+    global _handlers_installed  # noqa: PLW0603  (one-time process-wide installation)
+    if _handlers_installed:
+        return
+    _handlers_installed = True
+    atexit.register(kill_all)
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        previous = signal.getsignal(signum)
+        signal.signal(signum, _make_handler(signum, previous))
+
+
+def _make_handler(
+    signum: int, previous: Callable[[int, FrameType | None], Any] | int | None
+) -> Callable[[int, FrameType | None], None]:
+    """A handler that kills the children, then behaves like ``previous`` did."""
+
+    def handler(received: int, frame: FrameType | None) -> None:
+        kill_all()
+        if callable(previous):
+            previous(received, frame)
+            return
+        if previous == signal.SIG_IGN:
+            return
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    return handler

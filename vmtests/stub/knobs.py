@@ -1,0 +1,113 @@
+"""Every environment variable the stub device layer and the stub server read: the one place.
+
+The qwen36 feature switches (``QWEN36_*``) are not here: they are named in ``features.json``,
+shared with the Nix core. The variables below belong to the stub alone.
+
+Device layer
+  ``VMTESTS_STUB_DEVICES``      colon-separated device nodes the server and tt-smi require
+                                (default ``/dev/tenstorrent/0``). The serving module hands the
+                                card to docker (``--device``), not to vLLM, so the stub cannot learn
+                                it from its command line.
+  ``VMTESTS_STUB_DRIVER_FILE``  the stub driver's version file, standing in for
+                                ``/sys/module/tenstorrent/version`` (default
+                                ``/run/tenstorrent-stub/driver-version``, written at every boot
+                                by systemd-tmpfiles: like sysfs, it exists only while the
+                                "driver" is loaded).
+
+Timing (see ``latency.py`` for the table)
+  ``VMTESTS_STUB_TIME_SCALE``   multiplies every modelled duration (default 0.1; tests use less).
+  ``VMTESTS_STUB_STEP_FACTORS`` JSON object overriding per-feature decode-step factors, e.g.
+                                ``{"deviceResident": 0.9}`` to make an A/B gate see a difference.
+  ``VMTESTS_STUB_DRAIN_TIMEOUT`` seconds SIGTERM waits for in-flight requests (default 30).
+
+Faults (see ``faults.py``)
+  ``VMTESTS_STUB_FAIL_RATE``    probability in [0, 1] that a request fails with HTTP 500.
+  ``VMTESTS_STUB_FAULT_SEED``   seed of the failure draw (default: random per process).
+  ``VMTESTS_STUB_DEGENERATE``   ``1``: every completion is the degenerate text ``HT#3333...``.
+  ``VMTESTS_STUB_OUTPUT_SALT``  non-empty: mixes into generation, so the output sha changes.
+  ``VMTESTS_STUB_CRASH_AT_START`` ``1``: log a fatal engine error during startup and exit 1.
+  ``VMTESTS_STUB_START_DELAY``  seconds to stall while "loading the model" before listening.
+  ``VMTESTS_STUB_HANG``         ``start``: never finish startup; ``request``: accept requests but
+                                never produce a token (``/health`` stays 200).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+
+DEVICES = "VMTESTS_STUB_DEVICES"
+DRIVER_FILE = "VMTESTS_STUB_DRIVER_FILE"
+TIME_SCALE = "VMTESTS_STUB_TIME_SCALE"
+STEP_FACTORS = "VMTESTS_STUB_STEP_FACTORS"
+DRAIN_TIMEOUT = "VMTESTS_STUB_DRAIN_TIMEOUT"
+FAIL_RATE = "VMTESTS_STUB_FAIL_RATE"
+FAULT_SEED = "VMTESTS_STUB_FAULT_SEED"
+DEGENERATE = "VMTESTS_STUB_DEGENERATE"
+OUTPUT_SALT = "VMTESTS_STUB_OUTPUT_SALT"
+CRASH_AT_START = "VMTESTS_STUB_CRASH_AT_START"
+START_DELAY = "VMTESTS_STUB_START_DELAY"
+HANG = "VMTESTS_STUB_HANG"
+
+DEFAULT_DEVICES = "/dev/tenstorrent/0"
+DEFAULT_DRIVER_FILE = "/run/tenstorrent-stub/driver-version"
+DEFAULT_TIME_SCALE = 0.1
+DEFAULT_DRAIN_TIMEOUT = 30.0
+HANG_MODES = ("start", "request")
+
+Environ = Mapping[str, str]
+
+
+class KnobError(ValueError):
+    """An environment knob holds a value the stub cannot use."""
+
+
+def device_paths(env: Environ) -> list[str]:
+    """The device nodes the stub requires, from ``VMTESTS_STUB_DEVICES``."""
+    return [path for path in env.get(DEVICES, DEFAULT_DEVICES).split(":") if path]
+
+
+def driver_file(env: Environ) -> str:
+    """The path of the stub driver's version file."""
+    return env.get(DRIVER_FILE, DEFAULT_DRIVER_FILE)
+
+
+def env_float(env: Environ, name: str, default: float, low: float = 0.0) -> float:
+    """A float knob; raises ``KnobError`` naming the variable when it is malformed."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError as error:
+        raise KnobError(f"{name}={raw!r} is not a number") from error
+    if value < low:
+        raise KnobError(f"{name}={raw!r} must be >= {low}")
+    return value
+
+
+def env_flag(env: Environ, name: str) -> bool:
+    """A boolean knob: ``1``, ``true`` or ``yes`` turn it on."""
+    return env.get(name, "").strip().lower() in {"1", "true", "yes"}
+
+
+def env_step_factors(env: Environ) -> dict[str, float]:
+    """The ``VMTESTS_STUB_STEP_FACTORS`` overrides as a feature -> factor mapping."""
+    raw = env.get(STEP_FACTORS, "").strip()
+    if not raw:
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise KnobError(f"{STEP_FACTORS} is not JSON: {error}") from error
+    if not isinstance(parsed, dict) or not all(
+        isinstance(value, int | float) and value > 0 for value in parsed.values()
+    ):
+        raise KnobError(f"{STEP_FACTORS} must map feature names to positive numbers")
+    return {str(key): float(value) for key, value in parsed.items()}
+
+
+def current_environment() -> dict[str, str]:
+    """A snapshot of the process environment (callers pass it on, so tests can inject one)."""
+    return dict(os.environ)

@@ -1,0 +1,164 @@
+"""``python3 -m vmtests.stub.server <vLLM args>``: the stub vLLM OpenAI-compatible server.
+
+It prints the startup lines of the real stack (vLLM's log prefix, one banner per qwen36
+feature), refuses to start where the real stack refuses (``startup.py``), then serves the
+OpenAI endpoints on ``--host``/``--port`` until SIGTERM or SIGINT, when it drains the requests in
+flight (at most ``VMTESTS_STUB_DRAIN_TIMEOUT`` s), logs the shutdown lines and exits 0.
+
+Exit status: 0 after a clean shutdown, 1 when startup is refused or fails, 2 for invalid
+arguments or knobs. Standard library only.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+
+from vmtests.stub import faults, knobs, latency, startup
+from vmtests.stub.args import VLLM_VERSION, ServeArgs, parse_args
+from vmtests.stub.engine import Engine
+from vmtests.stub.http_handler import GET_ROUTES, ServingApp, StubHTTPServer
+from vmtests.stub.prefix_cache import PrefixCache
+from vmtests.stub.vllm_log import ENGINE_CORE, VllmLog
+
+ENGINE_INIT_FAILURE = (
+    "Engine core initialization failed. See root cause above. "
+    "Failed core proc(s): {'EngineCore_DP0': 1}"
+)
+# facts.md section 3 spelling. Some vLLM versions continue the sentence ("... enabled please
+# note that ..."); profiles should match the common prefix.
+TOOL_CHOICE_LINE = '"auto" tool choice has been enabled.'
+POST_ROUTES = ("/v1/completions", "/v1/chat/completions")
+
+
+def _build_engine(
+    args: ServeArgs, plan: startup.Plan, env: knobs.Environ, fault_knobs: faults.Faults
+) -> Engine:
+    cache = PrefixCache(args.effective_block_size) if plan.active.prefix_caching else None
+    return Engine(
+        model_name=args.model_name,
+        max_num_seqs=args.effective_max_num_seqs,
+        max_model_len=args.effective_max_model_len,
+        latency=latency.build(plan.active, plan.async_scheduling, env),
+        faults=fault_knobs,
+        prefix_cache=cache,
+    )
+
+
+def _load(
+    args: ServeArgs, env: knobs.Environ, printer: VllmLog, fault_knobs: faults.Faults
+) -> tuple[Engine, startup.Plan]:
+    """Everything between the argument dump and the HTTP bind; raises ``StartupRefused``."""
+    plan = startup.decide(args, env, printer)
+    engine = _build_engine(args, plan, env, fault_knobs)
+    printer.info(
+        "engine",
+        f"Initializing a V1 LLM engine with config: model={args.model_path!r}",
+        role=ENGINE_CORE,
+    )
+    if fault_knobs.active():
+        printer.warning(
+            "engine", f"vmtests stub fault knobs: {fault_knobs.active()}", role=ENGINE_CORE
+        )
+    if fault_knobs.start_delay:
+        time.sleep(fault_knobs.start_delay)  # a slow model load
+    if fault_knobs.hang == "start":
+        threading.Event().wait()  # never returns; SIGTERM's default action ends the process
+    startup.load_model(plan, env, printer)
+    if fault_knobs.crash_at_start:
+        raise startup.StartupRefused(
+            "engine", f"{ENGINE_INIT_FAILURE} (injected by {knobs.CRASH_AT_START})"
+        )
+    step_ms = latency.DECODE_STEP_MS * engine.latency.decode_factor
+    printer.info(
+        "engine",
+        f"vmtests stub latency model: decode step {step_ms:.2f} ms x scale "
+        f"{engine.latency.scale}, factors {engine.latency.factors}",
+        role=ENGINE_CORE,
+    )
+    if plan.active.tool_calling:
+        printer.info("tool", TOOL_CHOICE_LINE)
+    return engine, plan
+
+
+def _serve(server: StubHTTPServer, app: ServingApp, drain_timeout: float) -> None:
+    """Serve until SIGTERM/SIGINT, then drain and close."""
+    stop = threading.Event()
+    received: list[str] = []
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        """Only record the signal: shutdown work runs in the main loop, not in the handler."""
+        received.append(signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+    thread.start()
+    printer = app.printer
+    printer.uvicorn(f"Started server process [{printer.pid}]")
+    printer.uvicorn("Waiting for application startup.")
+    printer.uvicorn("Application startup complete.")
+    while not stop.wait(1.0):
+        pass
+    printer.info(
+        "shutdown",
+        f"Received {received[0]}; shutting down gracefully, draining "
+        f"{app.engine.in_flight} in-flight request(s)",
+    )
+    printer.uvicorn("Shutting down")
+    left = app.engine.drain(drain_timeout)
+    if left:
+        printer.warning(
+            "shutdown", f"Aborted {left} request(s) still running after {drain_timeout}s"
+        )
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5.0)
+    printer.uvicorn("Waiting for application shutdown.")
+    printer.uvicorn("Application shutdown complete.")
+    printer.uvicorn(f"Finished server process [{printer.pid}]")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the stub server; returns the process exit status."""
+    args, parser = parse_args(sys.argv[1:] if argv is None else argv)
+    env = knobs.current_environment()
+    printer = VllmLog()
+    try:
+        fault_knobs = faults.from_environment(env)
+        drain_timeout = knobs.env_float(env, knobs.DRAIN_TIMEOUT, knobs.DEFAULT_DRAIN_TIMEOUT)
+        knobs.env_float(env, knobs.TIME_SCALE, knobs.DEFAULT_TIME_SCALE)
+        knobs.env_step_factors(env)
+    except knobs.KnobError as error:
+        print(f"vmtests.stub.server: error: {error}", file=sys.stderr, flush=True)
+        return 2
+    printer.info("version", f"vLLM API server version {VLLM_VERSION}")
+    printer.info("args", f"non-default args: {args.non_default(parser)}")
+    try:
+        engine, plan = _load(args, env, printer, fault_knobs)
+    except startup.StartupRefused as refusal:
+        printer.error(refusal.source, refusal.message)
+        return 1
+    host = args.host or "0.0.0.0"
+    app = ServingApp(engine=engine, args=args, active=plan.active, printer=printer)
+    try:
+        server = StubHTTPServer((host, args.port), app)
+    except OSError as error:
+        printer.error("start", f"Failed to bind {host}:{args.port}: {error}")
+        return 1
+    printer.info("start", f"Starting vLLM API server 0 on http://{host}:{args.port}")
+    printer.info("routes", "Available routes are:")
+    for route in GET_ROUTES:
+        printer.info("routes", f"Route: {route}, Methods: GET")
+    for route in POST_ROUTES:
+        printer.info("routes", f"Route: {route}, Methods: POST")
+    _serve(server, app, drain_timeout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

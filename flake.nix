@@ -47,28 +47,32 @@
         doCheck = false;
       };
 
-      # `nix run .#persistence [profile] [report-dir]`: boot the base VM, switch to the profile's
-      # target, reboot, and prove every flag, variable and banner survived.
-      persistence = pkgs.writeShellApplication {
-        name = "vmtests-persistence";
-        text = ''
-          profile=''${1:-cfx-llm2}
-          report_dir=''${2:-$PWD/vmtests-report}
-          case "$profile" in
-          ${lib.concatStrings (
-            lib.mapAttrsToList (name: target: ''
-              ${name}) target=${toplevel target} ;;
-            '') vmTargets
-          )}
-            *) echo "unknown profile $profile (known: ${lib.concatStringsSep " " (lib.attrNames vmTargets)})" >&2; exit 2 ;;
-          esac
+      # The main job for one serving profile: boot the base VM, switch it to the profile's target,
+      # reboot, and prove every flag, variable and banner survived. The one argument is the
+      # report directory. `nix run .#persistence` runs it for cfx-llm2; `nix flake check` runs it
+      # for every profile (it needs KVM, like every NixOS VM test).
+      persistence =
+        profile: target:
+        pkgs.writeShellScript "vmtests-persistence-${profile}" ''
           exec ${vmtests}/bin/vmtests run \
-            --profile "$profile" \
-            --target "qemu-nixos:${vmBase.config.system.build.vm}/bin/run-${vmBase.config.system.name}-vm" \
-            --switch-command "nix-env -p /nix/var/nix/profiles/system --set $target && $target/bin/switch-to-configuration switch" \
-            --report-dir "$report_dir"
+            --profile ${profile} \
+            --target qemu-nixos:${vmBase.config.system.build.vm}/bin/run-${vmBase.config.system.name}-vm \
+            --switch-command "nix-env -p /nix/var/nix/profiles/system --set ${toplevel target} && ${toplevel target}/bin/switch-to-configuration switch" \
+            --report-dir "''${1:-$PWD/vmtests-report-${profile}}"
         '';
-      };
+      persistenceCheck =
+        profile: target:
+        pkgs.runCommand "vmtests-persistence-${profile}"
+          {
+            requiredSystemFeatures = [
+              "kvm"
+              "nixos-test"
+            ];
+          }
+          ''
+            export HOME=$TMPDIR
+            ${persistence profile target} $out
+          '';
 
       # Evaluating a toplevel's drvPath runs every module assertion without building anything.
       evaluates =
@@ -107,7 +111,8 @@
         cfx-llm2-evaluates = evaluates "cfx-llm2" self.nixosConfigurations.cfx-llm2;
         vm-test-base-evaluates = evaluates "vm-test-base" vmBase;
       }
-      // lib.mapAttrs' (name: target: lib.nameValuePair "vm-test-${name}-evaluates" (evaluates name target)) vmTargets;
+      // lib.mapAttrs' (name: target: lib.nameValuePair "vm-test-${name}-evaluates" (evaluates name target)) vmTargets
+      // lib.mapAttrs' (name: target: lib.nameValuePair "persistence-${name}" (persistenceCheck name target)) vmTargets;
 
       packages.${system} = {
         inherit vmtests;
@@ -115,10 +120,19 @@
         vm-test-base = vmBase.config.system.build.vm;
       };
 
-      apps.${system}.persistence = {
-        type = "app";
-        program = lib.getExe persistence;
-      };
+      apps.${system} = {
+        persistence = {
+          type = "app";
+          program = "${persistence "cfx-llm2" vmTargets.cfx-llm2}";
+        };
+      }
+      // lib.mapAttrs' (
+        name: target:
+        lib.nameValuePair "persistence-${name}" {
+          type = "app";
+          program = "${persistence name target}";
+        }
+      ) vmTargets;
 
       devShells.${system}.default = pkgs.mkShell {
         packages = [

@@ -27,7 +27,7 @@ def test_the_flake_has_its_outputs(flake: dict[str, Any]) -> None:
     assert {"nixosModules", "nixosConfigurations", "checks", "apps", "devShells", "formatter"} <= (
         outputs
     )
-    assert flake["apps"] == ["persistence"]
+    assert flake["apps"] == ["persistence", "persistence-cfx-llm2", "persistence-resident"]
     assert flake["devShells"] == ["default"]
 
 
@@ -53,3 +53,5 @@ def test_the_core_check_covers_every_serving_profile(flake: dict[str, Any]) -> N
         assert result["failedAssertions"] == [], name
     assert "--no-async-scheduling" in results["cfx-llm2"]["args"]
     assert "core-profiles" in flake["checks"]
+    # The main job runs under `nix flake check` for every serving profile.
+    assert {"persistence-cfx-llm2", "persistence-resident"} <= set(flake["checks"])

@@ -58,6 +58,7 @@
             --profile ${profile} \
             --target qemu-nixos:${vmBase.config.system.build.vm}/bin/run-${vmBase.config.system.name}-vm \
             --switch-command "nix-env -p /nix/var/nix/profiles/system --set ${toplevel target} && ${toplevel target}/bin/switch-to-configuration switch" \
+            --container tenstorrent-serving \
             --report-dir "''${1:-$PWD/vmtests-report-${profile}}"
         '';
       persistenceCheck =

@@ -1,6 +1,6 @@
 """(c) Invalid combinations give their documented assertion messages, each saying what to change.
 
-The messages are documented in modules/serving/checks.nix and docs/options.md.
+The messages are documented in modules/serving/checks.nix and the README.
 """
 
 from __future__ import annotations

@@ -155,6 +155,6 @@ def test_module_assertions_come_from_the_core(
 
 def test_the_option_table_documents_every_option(nixpkgs_lib: Path) -> None:
     names = evaluate_module(nixpkgs_lib, "{ }")["optionNames"]
-    table = (REPO_ROOT / "docs" / "options.md").read_text()
+    table = (REPO_ROOT / "README.md").read_text()
     missing = [name for name in names if f"`{name}" not in table]
-    assert not missing, f"docs/options.md lacks the options {missing}"
+    assert not missing, f"README.md lacks the options {missing}"

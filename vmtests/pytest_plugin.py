@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
 import pytest
+
+if TYPE_CHECKING:
+    from vmtests.driver.machine import Machine
+    from vmtests.driver.qemu import QemuMachine
+    from vmtests.guest.image import ReferenceImage
+    from vmtests.profiles import Profile
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -10,3 +20,146 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "vm: boots a QEMU guest (needs qemu-system-x86_64)")
     config.addinivalue_line("markers", "nix: evaluates Nix (needs nix-instantiate)")
     config.addinivalue_line("markers", "hw: runs on a real P150 host (explicit opt-in only)")
+
+
+# ---- options, profile and machine target (the persistence scenario, issue 5) -----------------
+# Options: --profile, --target, --report-dir, --hw-opt-in. Tests marked ``hw`` run only with an
+# ``ssh://`` target AND --hw-opt-in; everything else ignores the hardware entirely.
+
+DEFAULT_PROFILE = "cfx-llm2"
+DEFAULT_TARGET = "qemu:reference"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The suite's command-line options."""
+    group = parser.getgroup("vmtests", "vmtests persistence scenario")
+    group.addoption(
+        "--profile",
+        default=DEFAULT_PROFILE,
+        help=f"expectation profile name or YAML path (default {DEFAULT_PROFILE})",
+    )
+    group.addoption(
+        "--target",
+        default=DEFAULT_TARGET,
+        help="machine target: qemu:reference, qemu-nixos:<run-vm script> or "
+        f"ssh://[user@]host[:port] (default {DEFAULT_TARGET})",
+    )
+    group.addoption(
+        "--report-dir",
+        default=None,
+        help="directory for reports (JSON, JUnit XML, Markdown, console logs); default: tmp",
+    )
+    group.addoption(
+        "--hw-opt-in",
+        action="store_true",
+        default=False,
+        help="allow tests marked hw to run against the --target ssh:// host (reboots it!)",
+    )
+
+
+def hardware_allowed(config: pytest.Config) -> bool:
+    """True only with an explicit --hw-opt-in and an ssh:// --target."""
+    target = str(config.getoption("--target"))
+    return bool(config.getoption("--hw-opt-in")) and target.startswith("ssh://")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip ``hw`` tests unless the hardware tier was explicitly opted into."""
+    if hardware_allowed(config):
+        return
+    skip = pytest.mark.skip(
+        reason="hardware tier: needs --target ssh://user@host AND --hw-opt-in (explicit opt-in)"
+    )
+    for item in items:
+        if "hw" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def vmtests_profile(pytestconfig: pytest.Config) -> Profile:
+    """The expectation profile named by --profile."""
+    from vmtests.profiles import ProfileError, load_profile  # noqa: PLC0415
+
+    try:
+        return load_profile(str(pytestconfig.getoption("--profile")))
+    except ProfileError as error:
+        raise pytest.UsageError(f"--profile: {error}") from error
+
+
+@pytest.fixture(scope="session")
+def vmtests_target(pytestconfig: pytest.Config) -> str:
+    """The machine target string given by --target."""
+    return str(pytestconfig.getoption("--target"))
+
+
+@pytest.fixture(scope="session")
+def vmtests_report_dir(
+    pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """Where reports go: --report-dir, else a session temporary directory."""
+    option = pytestconfig.getoption("--report-dir")
+    directory = Path(str(option)) if option else tmp_path_factory.mktemp("vmtests-reports")
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def vmtests_machine(
+    pytestconfig: pytest.Config, vmtests_target: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Machine]:
+    """The machine --target names, not started (the scenario starts it); closed at the end.
+
+    An ssh:// target is refused without --hw-opt-in: the scenario reboots the machine.
+    """
+    from vmtests.driver.targets import machine_from_target  # noqa: PLC0415
+
+    if vmtests_target.startswith("ssh://") and not hardware_allowed(pytestconfig):
+        pytest.skip(f"--target {vmtests_target} is a real host: pass --hw-opt-in to use it")
+    machine = machine_from_target(vmtests_target, tmp_path_factory.mktemp("machine"))
+    try:
+        yield machine
+    finally:
+        close = getattr(machine, "close", None)
+        if callable(close):
+            close()
+
+
+# ---- VM fixtures: the reference guest (driver, issue 3) ----------------------------------------
+# ``reference_image`` builds (or reuses) the cached Debian guest once per session;
+# ``reference_guest`` is a factory booting fresh guests, each with its own overlay and ports,
+# all of them killed when the test ends, whatever happened.
+
+
+@pytest.fixture(scope="session")
+def reference_image() -> ReferenceImage:
+    """The reference guest image (built on first use, then reused from the cache)."""
+    from vmtests.guest.image import reference_image as cached_image  # noqa: PLC0415
+
+    return cached_image()
+
+
+@pytest.fixture
+def reference_guest(
+    reference_image: ReferenceImage, tmp_path: Path
+) -> Iterator[Callable[..., QemuMachine]]:
+    """Factory: ``reference_guest(memory_mb=..., forward_ports=(8000,), name=...)`` -> started.
+
+    Keyword arguments go to ``vmtests.guest.image.start_reference_guest``. Every guest gets a
+    state directory under the test's ``tmp_path`` and is closed at teardown.
+    """
+    from vmtests.guest.image import start_reference_guest  # noqa: PLC0415
+
+    guests: list[QemuMachine] = []
+
+    def start(**kwargs: Any) -> QemuMachine:
+        name = str(kwargs.pop("name", f"guest{len(guests)}"))
+        state_dir = tmp_path / f"vm-{name}"
+        guest = start_reference_guest(state_dir, name=name, image=reference_image, **kwargs)
+        guests.append(guest)
+        return guest
+
+    try:
+        yield start
+    finally:
+        for guest in guests:
+            guest.close()

@@ -1,0 +1,109 @@
+# NixOS side of the vmtests instrumentation contract (docs/instrumentation.md).
+#
+# The contract's data and the backdoor script template live in ../vmtests/guest/contract.json,
+# which the Python side (vmtests/guest/contract.py: the reference guest and the QEMU backend)
+# reads too, so both guests follow one definition:
+#   - kernel console on ttyS0 (captured per boot by the host);
+#   - a root backdoor shell on the named virtio serial port (not hvc0: QEMU drops virtconsole
+#     output when the host is momentarily slow; serial ports are flow-controlled), printing a
+#     ready line with the boot ID;
+#   - sshd accepting the suite's key for root;
+#   - persistent journald.
+# It replaces nixpkgs' testing/test-instrumentation.nix for our VMs (same idea, different
+# channel); the QEMU side (-device virtserialport,name=..., sockets) comes from the driver,
+# which passes it to the run-<name>-vm script (vmtests/driver/qemu_launch.py).
+{
+  config,
+  lib,
+  pkgs,
+  options,
+  ...
+}:
+let
+  cfg = config.vmtests.instrumentation;
+  contract = builtins.fromJSON (builtins.readFile ../vmtests/guest/contract.json);
+  backdoorDevice = "/dev/virtio-ports/${contract.backdoorPortName}";
+
+  # Same substitution as vmtests.guest.contract.backdoor_script(shell).
+  backdoorScript =
+    shell:
+    builtins.replaceStrings
+      [ "@backdoorDevice@" "@serialDevice@" "@readyPrefix@" "@shell@" ]
+      [ backdoorDevice contract.serialDevice contract.backdoorReadyPrefix shell ]
+      (lib.concatStringsSep "\n" contract.backdoorScript + "\n");
+
+  # journald's option moved from extraConfig to settings in newer nixpkgs; support both.
+  journaldStorage =
+    if options.services.journald ? settings then
+      { settings.Journal.Storage = contract.journalStorage; }
+    else
+      { extraConfig = "Storage=${contract.journalStorage}"; };
+
+  maskedGettys = lib.genAttrs (map (lib.removeSuffix ".service") contract.maskedGettys) (_: {
+    enable = false;
+  });
+in
+{
+  options.vmtests.instrumentation = {
+    enable = lib.mkEnableOption ''
+      the vmtests instrumentation contract: root backdoor shell on the virtio port
+      ${contract.backdoorPortName}, kernel console on ${contract.serialDevice}, sshd for root with
+      the suite's key and a persistent journal. Test VMs only: the backdoor is an unauthenticated
+      root shell for whoever controls the VM's QEMU process'';
+
+    authorizedKeys = lib.mkOption {
+      type = lib.types.listOf lib.types.str;
+      default = [ ];
+      example = [ "ssh-ed25519 AAAA... vmtests" ];
+      description = "Public keys that may log in as ${contract.sshUser} over ssh (the suite's key).";
+    };
+
+    shell = lib.mkOption {
+      type = lib.types.str;
+      default = "${pkgs.bash}/bin/sh";
+      defaultText = lib.literalExpression ''"''${pkgs.bash}/bin/sh"'';
+      description = "The shell that reads the backdoor's commands.";
+    };
+
+    backdoorScript = lib.mkOption {
+      type = lib.types.str;
+      readOnly = true;
+      default = backdoorScript cfg.shell;
+      description = "The rendered backdoor program (read-only; compared with the Python side).";
+    };
+  };
+
+  config = lib.mkIf cfg.enable {
+    boot.kernelParams = [ "console=${contract.serialDevice}" ];
+    boot.kernelModules = [ "virtio_console" ];
+
+    systemd.services = maskedGettys // {
+      vmtests-backdoor = {
+        description = "vmtests backdoor root shell on ${backdoorDevice}";
+        wantedBy = [ "multi-user.target" ];
+        requires = [ "dev-${contract.serialDevice}.device" ];
+        after = [
+          "dev-${contract.serialDevice}.device"
+          "systemd-udevd.service"
+        ];
+        path = [
+          pkgs.coreutils
+          pkgs.bash
+        ];
+        serviceConfig = {
+          ExecStart = pkgs.writeScript "vmtests-backdoor" cfg.backdoorScript;
+          # The shell ends with its session, like nixpkgs' backdoor.
+          KillSignal = "SIGHUP";
+        };
+      };
+    };
+
+    services.openssh = {
+      enable = true;
+      settings.PermitRootLogin = "prohibit-password";
+    };
+    users.users.${contract.sshUser}.openssh.authorizedKeys.keys = cfg.authorizedKeys;
+
+    services.journald = journaldStorage;
+  };
+}

@@ -1,0 +1,99 @@
+"""No QEMU or ssh process outlives a test session: failed test, Ctrl-C, or a killed pytest.
+
+Each case runs a child pytest session (with this suite's plugin) that boots a guest, then
+fails, is interrupted with SIGINT, or is SIGKILLed. Afterwards no process whose command line
+names the child's base temp directory (QEMU's disk, ssh's known_hosts) may remain.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from driver_support import processes_matching
+
+pytestmark = pytest.mark.vm
+
+CHILD_TESTS = """
+import os
+from vmtests.guest.access import ssh_to_guest
+
+def test_boots_opens_ssh_then_fails(reference_guest, tmp_path):
+    guest = reference_guest(name="cleanup", accel="tcg")
+    session = ssh_to_guest(guest, tmp_path / "ssh")
+    session.start()
+    assert session.succeed("echo over-ssh") == "over-ssh\\n"
+    assert False, "deliberate failure with a guest and an ssh session open"
+
+def test_boot_forever(reference_guest):
+    reference_guest(name="cleanup", accel="tcg", boot_timeout=900)
+"""
+
+
+def _child(tmp_path: Path, selector: str) -> tuple[subprocess.Popen[str], Path]:
+    """Start a child pytest session running the child test named by ``selector``."""
+    (tmp_path / "test_child_session.py").write_text(CHILD_TESTS)
+    basetemp = tmp_path / "child-basetemp"
+    options = ["-q", "-p", "no:cacheprovider", "-k", selector, "-o", "addopts="]
+    options.append(f"--basetemp={basetemp}")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", *options, "test_child_session.py"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    return proc, basetemp
+
+
+def _wait_for_qemu(needle: str, proc: subprocess.Popen[str], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any("qemu-system" in cmd for _, cmd in processes_matching(needle)):
+            return
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    proc.kill()
+    output = proc.communicate()[0]
+    pytest.fail(f"the child session never started QEMU within {timeout}s; output:\n{output}")
+
+
+def _assert_nothing_left(needle: str, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    left = processes_matching(needle)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = processes_matching(needle)
+    for pid, _ in left:  # do not leak them into the rest of the session
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes outlived the child session after {timeout}s: {left}"
+
+
+def test_nothing_outlives_a_deliberately_failing_test(tmp_path: Path) -> None:
+    proc, basetemp = _child(tmp_path, "fails")
+    output = proc.communicate(timeout=600)[0]
+    assert proc.returncode == 1, output
+    assert "deliberate failure with a guest and an ssh session open" in output
+    assert "1 failed" in output
+    _assert_nothing_left(str(basetemp))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
+def test_nothing_outlives_an_interrupted_or_killed_session(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    proc, basetemp = _child(tmp_path, "forever")
+    _wait_for_qemu(str(basetemp), proc)
+    proc.send_signal(signum)
+    output = proc.communicate(timeout=120)[0]
+    assert proc.returncode != 0, output
+    if signum == signal.SIGINT:
+        assert "KeyboardInterrupt" in output
+    _assert_nothing_left(str(basetemp))

@@ -1,0 +1,155 @@
+"""Synthetic snapshots for the unit tests of the checks: a healthy, durable serving unit.
+
+``good_snapshot(profile)`` describes the state a correct switch to ``cfx-llm2`` or
+``resident`` leaves behind (argv, environment, banners, module banner, hugepages, unit files),
+written by hand as the module would produce it. Each test then breaks one thing and asserts
+that exactly the right check catches it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+from vmtests.scenario.results import CheckResult
+from vmtests.scenario.snapshot import (
+    Endpoint,
+    HugepageState,
+    JournalLine,
+    ProcessState,
+    Snapshot,
+    UnitState,
+)
+from vmtests.stub.features import banner_text
+
+BOOT = "11111111-2222-3333-4444-555555555555"
+EARLIER_BOOT = "99999999-2222-3333-4444-555555555555"
+INVOCATION = "0e803f238ac54baca08432699bcebecc"
+UNIT_FILE = "/etc/systemd/system/tenstorrent-serving.service"
+HUGEPAGES_FILE = "/etc/systemd/system/tenstorrent-hugepages.service"
+GIB_KIB = 1048576
+
+CFX_ARGS = [
+    "--model",
+    "/models/qwen36",
+    "--served-model-name",
+    "qwen36",
+    "--host",
+    "0.0.0.0",
+    "--port",
+    "8000",
+    "--block-size",
+    "64",
+    "--enable-prefix-caching",
+    "--mamba-cache-mode",
+    "align",
+    "--no-async-scheduling",
+    "--enable-auto-tool-choice",
+    "--tool-call-parser",
+    "qwen3_coder",
+]
+CFX_ENV = {"QWEN36_MERGE_BATCH_GUARD": "1", "QWEN36_SDPA_STREAMING": "1"}
+RESIDENT_ENV = CFX_ENV | {"QWEN36_DEVICE_RESIDENT": "1", "QWEN36_DEVICE_ARGMAX": "1"}
+
+
+def module_banner(resident: bool, digest: str = "sha256:" + "ab" * 32) -> str:
+    """The module banner line for cfx-llm2 (or resident)."""
+    on = "on" if resident else "off"
+    return (
+        "tenstorrent-serving-config: prefix-caching=on mamba-cache-mode=align "
+        f"async-scheduling=off device-resident={on} device-argmax={on} sdpa-streaming=on "
+        "merge-batch-guard=on tool-calling=on tool-call-parser=qwen3_coder hugepages=2x1G "
+        f"digest={digest}"
+    )
+
+
+def startup_lines(resident: bool) -> list[str]:
+    """The unit's startup log of one start: module banner, vLLM lines, feature banners."""
+    prefix = "(APIServer pid=594) INFO 11-30 01:33:58 [api_server.py:1] "
+    features = ["sdpaStreaming", "mergeBatchGuard"]
+    if resident:
+        features = ["deviceResident", "deviceArgmax", *features]
+    return [
+        "Starting tenstorrent-serving.service...",
+        module_banner(resident),
+        prefix + "Automatic prefix caching is enabled",
+        prefix + "Asynchronous scheduling is disabled.",
+        prefix + '"auto" tool choice has been enabled.',
+        *(prefix + banner_text(feature) for feature in features),
+        prefix + banner_text("prefixCaching", mode="align"),
+        prefix + banner_text("toolCalling", parser="qwen3_coder"),
+        "Started tenstorrent-serving.service.",
+    ]
+
+
+def good_snapshot(resident: bool = False, label: str = "S1") -> Snapshot:
+    """A snapshot of a correct, durable, healthy switch to cfx-llm2 (or resident)."""
+    environment = RESIDENT_ENV if resident else CFX_ENV
+    argv = ["/usr/bin/python3", "-m", "vmtests.stub.server", *CFX_ARGS]
+    unit_environment = {"PYTHONPATH": "/opt/vmtests"} | environment
+    exec_start = (
+        f"{{ path=/usr/bin/python3 ; argv[]={' '.join(argv)} ; ignore_errors=no ; "
+        "start_time=[Mon 2026-11-30 01:33:57 UTC] ; stop_time=[n/a] ; pid=594 ; code=(null) ; "
+        "status=0/0 }"
+    )
+    unit_text = "\n".join(
+        [
+            "[Service]",
+            *(f'Environment="{k}={v}"' for k, v in unit_environment.items()),
+            "ExecStart=/usr/bin/python3 -m vmtests.stub.server " + " ".join(CFX_ARGS),
+        ]
+    )
+    unit = UnitState(
+        name="tenstorrent-serving.service",
+        properties={
+            "ActiveState": "active",
+            "MainPID": "594",
+            "InvocationID": INVOCATION,
+            "FragmentPath": UNIT_FILE,
+            "DropInPaths": "",
+            "ExecStart": exec_start,
+            "NeedDaemonReload": "no",
+            "UnitFileState": "enabled",
+            "LoadState": "loaded",
+            "ControlGroup": "/system.slice/tenstorrent-serving.service",
+        },
+        files={UNIT_FILE: unit_text},
+        environment=unit_environment,
+    )
+    process_env = {"PATH": "/usr/bin", "INVOCATION_ID": INVOCATION, **unit_environment}
+    process = ProcessState(
+        "main-pid", 594, argv, process_env, "0::/system.slice/tenstorrent-serving.service"
+    )
+    listener = copy.deepcopy(process)
+    listener.origin = "listener"
+    hugepage_unit = UnitState(
+        name="tenstorrent-hugepages.service",
+        properties={
+            "LoadState": "loaded",
+            "UnitFileState": "enabled",
+            "ActiveState": "active",
+            "FragmentPath": HUGEPAGES_FILE,
+        },
+    )
+    models = {"object": "list", "data": [{"id": "qwen36", "object": "model"}]}
+    return Snapshot(
+        label=label,
+        boot_id=BOOT,
+        kernel_cmdline="root=/dev/vda rw console=ttyS0",
+        unit=unit,
+        process=process,
+        listener=listener,
+        manager_environment={"LANG": "C.UTF-8", "PATH": "/usr/bin"},
+        journal=[
+            JournalLine(text, BOOT, INVOCATION, 1000 + i)
+            for i, text in enumerate(startup_lines(resident))
+        ],
+        health=Endpoint("http://127.0.0.1:8000/health", 200),
+        models=Endpoint("http://127.0.0.1:8000/v1/models", 200, json.dumps(models)),
+        hugepages=HugepageState(pools={GIB_KIB: 2, 2048: 0}, unit=hugepage_unit),
+    )
+
+
+def failures(results: list[CheckResult]) -> list[CheckResult]:
+    """The results that fail a run."""
+    return [result for result in results if result.failed]

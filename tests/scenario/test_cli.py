@@ -1,0 +1,54 @@
+"""The ``vmtests`` CLI's argument handling: clear errors and exit status 2, before any boot."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from vmtests.cli import EXIT_USAGE, main
+
+
+def test_missing_profile_is_a_clear_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--profile", "no-such-profile"]) == EXIT_USAGE
+    error = capsys.readouterr().err
+    assert "no such profile file" in error
+    assert "available profiles:" in error
+    assert "cfx-llm2" in error
+
+
+def test_foreign_target_needs_a_switch_command(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["run", "--profile", "cfx-llm2", "--target", "qemu-nixos:/nix/store/x/run-vm"])
+    assert code == EXIT_USAGE
+    assert "needs --switch-command" in capsys.readouterr().err
+
+
+def test_ssh_target_needs_explicit_hardware_opt_in(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["run", "--profile", "cfx-llm2", "--target", "ssh://root@p150-host"]
+    assert main([*argv, "--switch-command", "nixos-rebuild switch"]) == EXIT_USAGE
+    assert "pass --hw-opt-in" in capsys.readouterr().err
+
+
+def test_selftest_rejects_an_unknown_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["selftest", "--profiles", "cfx-llm2,nope"]) == EXIT_USAGE
+    assert "nope.yaml: no such profile file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [[], ["run"], ["frobnicate"], ["run", "--profile"]])
+def test_bad_arguments_exit_2(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as raised:
+        main(argv)
+    assert raised.value.code == 2
+
+
+def test_console_script_is_installed() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "vmtests.cli", "run", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0
+    assert "--switch-command" in result.stdout
+    assert "--report-dir" in result.stdout

@@ -1,0 +1,142 @@
+"""Unit tests of snapshot parsing, redaction and JSON round trips (no machine needed)."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from scenario_support import good_snapshot
+
+from vmtests.scenario.collect import parse_snapshot, snapshot_command
+from vmtests.scenario.redact import REDACTED, redact_argv, redact_environment, redact_text
+from vmtests.scenario.snapshot import Snapshot
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _output() -> str:
+    cmdline = (
+        b"\0".join(
+            [
+                b"/usr/bin/python3",
+                b"-m",
+                b"vmtests.stub.server",
+                b"--api-key",
+                b"sk-live-123",
+                b"--port",
+                b"8000",
+            ]
+        )
+        + b"\0"
+    )
+    environ = b"HF_TOKEN=hf_secret\0QWEN36_SDPA_STREAMING=1\0INVOCATION_ID=abc\0"
+    unit_file = b'[Service]\nEnvironment="HF_TOKEN=hf_secret"\nExecStart=/usr/bin/python3\n'
+    journal = [
+        {
+            "MESSAGE": "tenstorrent-serving-config: sdpa-streaming=on digest=sha256:00",
+            "_BOOT_ID": "0123456789abcdef0123456789abcdef",
+            "_SYSTEMD_INVOCATION_ID": "inv1",
+            "__REALTIME_TIMESTAMP": "17",
+        },
+        {
+            "MESSAGE": list(b"qwen36: SDPA streaming ACTIVE \xff"),
+            "_BOOT_ID": "0123456789abcdef0123456789abcdef",
+            "_SYSTEMD_INVOCATION_ID": "inv1",
+        },
+    ]
+    sections = {
+        "boot_id": "01234567-89ab-cdef-0123-456789abcdef",
+        "cmdline": "root=/dev/vda console=ttyS0",
+        "unit": "ActiveState=active\nMainPID=594\nInvocationID=inv1\nDropInPaths=\n"
+        "FragmentPath=/etc/systemd/system/tenstorrent-serving.service\nNeedDaemonReload=no",
+        "unit_env": _b64(b'PYTHONPATH=/opt/vmtests "HF_TOKEN=hf_secret" "A=two words"'),
+        "unit_files": "@@vmtests-file /etc/systemd/system/tenstorrent-serving.service "
+        + _b64(unit_file),
+        "manager_env": "LANG=C.UTF-8\nPATH=/usr/bin\nAPI_KEY=abc",
+        "main_process": f"pid 594\ncmdline {_b64(cmdline)}\nenviron {_b64(environ)}\n"
+        f"cgroup {_b64(b'0::/system.slice/tenstorrent-serving.service')}",
+        "listener": "",
+        "journal": "\n".join(json.dumps(entry) for entry in journal),
+        "earlier_journal": "",
+        "health": "200",
+        "models": '{"object":"list","data":[{"id":"qwen36"}]}\n200',
+        "meminfo": "HugePages_Total:       0\nHugepagesize:       2048 kB",
+        "hugepage_pools": "1048576kB 2\n2048kB 0",
+        "hugepage_unit": "LoadState=loaded\nUnitFileState=enabled",
+        "hugepage_unit_files": "",
+        "sysctl": "",
+        "generations": "/run/current-system /nix/store/abc-nixos-system",
+        "container": "",
+        "end": "",
+    }
+    return "".join(f"\n@@vmtests-section {name}\n{text}\n" for name, text in sections.items())
+
+
+def test_parse_snapshot_reads_every_section_and_redacts_secrets() -> None:
+    snapshot = parse_snapshot(_output(), "S1")
+    assert snapshot.errors == []
+    assert snapshot.unit.main_pid == 594
+    assert snapshot.unit.environment == {
+        "PYTHONPATH": "/opt/vmtests",
+        "HF_TOKEN": REDACTED,
+        "A": "two words",
+    }
+    assert snapshot.argv[3:5] == ["--api-key", REDACTED]
+    assert snapshot.environment["HF_TOKEN"] == REDACTED
+    assert snapshot.environment["QWEN36_SDPA_STREAMING"] == "1"
+    assert snapshot.manager_environment["API_KEY"] == REDACTED
+    assert "hf_secret" not in json.dumps(snapshot.to_dict())
+    assert snapshot.process is not None
+    assert snapshot.process.cgroup.endswith("serving.service")
+    assert [line.boot_id for line in snapshot.journal] == [snapshot.boot_id] * 2
+    assert snapshot.journal[1].message.startswith("qwen36: SDPA streaming ACTIVE")
+    assert next(line.message for line in snapshot.current_lines()).startswith("tenstorrent-")
+    assert snapshot.health.status == 200
+    assert snapshot.models.status == 200
+    assert "qwen36" in snapshot.models.body
+    assert snapshot.hugepages.pools == {1048576: 2, 2048: 0}
+    assert snapshot.hugepages.unit.unit_file_state == "enabled"
+    assert snapshot.generations == {"/run/current-system": "/nix/store/abc-nixos-system"}
+
+
+def test_truncated_output_and_dead_endpoint_are_reported() -> None:
+    text = _output().split("@@vmtests-section health")[0]
+    text += "\n@@vmtests-section health\ncurl: (7) Failed to connect\n000\n"
+    snapshot = parse_snapshot(text, "S2")
+    assert "truncated" in snapshot.errors[0]
+    assert snapshot.health.status is None
+    assert "Failed to connect" in snapshot.health.error
+
+
+def test_snapshot_round_trips_through_json() -> None:
+    snapshot = good_snapshot()
+    data = json.loads(json.dumps(snapshot.to_dict()))
+    assert Snapshot.from_dict(data) == snapshot
+
+
+def test_snapshot_command_quotes_its_arguments() -> None:
+    command = snapshot_command("tenstorrent-serving.service", 8000, "hp.service", "name; rm")
+    assert "'name; rm'" in command
+    assert command.count("sh -c") == 1
+
+
+def test_redaction_helpers() -> None:
+    assert redact_environment({"GITHUB_TOKEN": "x", "PATH": "/bin"}) == {
+        "GITHUB_TOKEN": REDACTED,
+        "PATH": "/bin",
+    }
+    assert redact_argv(["--hf-token=abc", "--db-password", "pw", "--port", "1"]) == [
+        f"--hf-token={REDACTED}",
+        "--db-password",
+        REDACTED,
+        "--port",
+        "1",
+    ]
+    text = 'Environment="OPENAI_API_KEY=sk-1" --api-key sk-2 MODE=align --port 8000'
+    redacted = redact_text(text)
+    assert "sk-1" not in redacted
+    assert "sk-2" not in redacted
+    assert "MODE=align" in redacted
+    assert "--port 8000" in redacted

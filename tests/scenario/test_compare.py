@@ -1,0 +1,83 @@
+"""Unit tests of the cross-stage checks: durable S1 == S2, reboot and restart really happened."""
+
+from __future__ import annotations
+
+from scenario_support import BOOT, EARLIER_BOOT, failures, good_snapshot
+
+from vmtests.profiles import load_profile
+from vmtests.scenario.compare import (
+    check_durable,
+    check_rebooted,
+    check_restarted,
+    diff_snapshots,
+)
+from vmtests.scenario.snapshot import Snapshot
+
+CFX = load_profile("cfx-llm2")
+
+
+def _next_boot(snapshot: Snapshot) -> Snapshot:
+    """The same configuration after a reboot: new boot ID, PID and invocation."""
+    snapshot.label = "S2"
+    snapshot.boot_id = EARLIER_BOOT.replace("9", "7")
+    snapshot.unit.properties.update(MainPID="321", InvocationID="f" * 32)
+    snapshot.unit.properties["ExecStart"] = snapshot.unit.prop("ExecStart").replace(
+        "pid=594", "pid=321"
+    )
+    assert snapshot.process is not None
+    snapshot.process.pid = 321
+    snapshot.process.environment["INVOCATION_ID"] = "f" * 32
+    for line in snapshot.journal:
+        line.boot_id, line.invocation_id = snapshot.boot_id, "f" * 32
+    return snapshot
+
+
+def test_same_configuration_after_reboot_is_durable() -> None:
+    before, after = good_snapshot(), _next_boot(good_snapshot())
+    assert diff_snapshots(before, after, CFX) == []
+    assert failures(check_durable(before, after, CFX)) == []
+    assert failures(check_rebooted(before, after)) == []
+
+
+def test_lost_flag_shows_up_as_a_diff() -> None:
+    before, after = good_snapshot(), _next_boot(good_snapshot())
+    assert after.process is not None
+    after.process.argv.remove("--no-async-scheduling")
+    diffs = diff_snapshots(before, after, CFX)
+    assert [d.field for d in diffs] == ["process.argv"]
+    found = failures(check_durable(before, after, CFX))
+    assert [r.subject for r in found] == ["process.argv"]
+    assert "process.argv changed across the reboot" in found[0].message
+
+
+def test_lost_banner_and_changed_digest() -> None:
+    before, after = good_snapshot(), _next_boot(good_snapshot())
+    after.journal = [line for line in after.journal if "SDPA" not in line.message]
+    for line in after.journal:
+        line.message = line.message.replace("digest=sha256:abab", "digest=sha256:cdcd")
+    subjects = {r.subject for r in failures(check_durable(before, after, CFX))}
+    assert {"banners", "module_banner", "digest"} <= subjects
+
+
+def test_no_new_boot_is_caught() -> None:
+    before = good_snapshot()
+    after = good_snapshot(label="S2")
+    found = failures(check_rebooted(before, after))
+    assert "no reboot happened" in found[0].message
+    assert before.boot_id == BOOT
+
+
+def test_nixos_direct_boot_trap_is_caught() -> None:
+    before, after = good_snapshot(), _next_boot(good_snapshot())
+    before.generations = {"/run/current-system": "/nix/store/new"}
+    after.generations = {"/run/booted-system": "/nix/store/old"}
+    found = failures(check_rebooted(before, after))
+    assert "not the switched generation /nix/store/new" in found[0].message
+
+
+def test_switch_must_restart_the_unit() -> None:
+    s0, s1 = good_snapshot(label="S0"), good_snapshot(label="S1")
+    found = failures(check_restarted(s0, s1))
+    assert "the switch did not restart tenstorrent-serving.service" in found[0].message
+    s1.unit.properties["InvocationID"] = "e" * 32
+    assert failures(check_restarted(s0, s1)) == []

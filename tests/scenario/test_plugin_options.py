@@ -1,0 +1,88 @@
+"""The pytest plugin's options: hw tests never run without explicit opt-in; profile fixture."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HW_TEST = """
+import pytest
+
+@pytest.mark.hw
+def test_touches_hardware():
+    assert False, "reached the hardware test"
+
+def test_profile_fixture(vmtests_profile, vmtests_target):
+    assert vmtests_profile.name == "resident"
+    assert vmtests_target
+"""
+
+
+def _pytest(tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "test_hw.py").write_text(HW_TEST)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-rs",
+            "--profile",
+            "resident",
+            *options,
+            str(tmp_path / "test_hw.py"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
+def test_hw_is_skipped_without_opt_in(tmp_path: Path) -> None:
+    result = _pytest(tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 passed, 1 skipped" in result.stdout
+    assert "needs --target ssh://user@host AND --hw-opt-in" in result.stdout
+
+
+def test_hw_is_skipped_with_opt_in_but_no_ssh_target(tmp_path: Path) -> None:
+    result = _pytest(tmp_path, "--hw-opt-in", "--target", "qemu:reference")
+    assert "1 passed, 1 skipped" in result.stdout, result.stdout + result.stderr
+
+
+def test_hw_runs_only_with_opt_in_and_ssh_target(tmp_path: Path) -> None:
+    result = _pytest(tmp_path, "--hw-opt-in", "--target", "ssh://nobody@127.0.0.1:1")
+    assert "reached the hardware test" in result.stdout, result.stdout + result.stderr
+    assert "1 failed, 1 passed" in result.stdout
+
+
+@pytest.mark.parametrize("name", ["no-such-profile"])
+def test_missing_profile_is_a_usage_error(tmp_path: Path, name: str) -> None:
+    (tmp_path / "test_p.py").write_text("def test_p(vmtests_profile):\n    pass\n")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--profile",
+            name,
+            str(tmp_path / "test_p.py"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert "no such profile file" in result.stdout + result.stderr

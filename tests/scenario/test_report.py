@@ -1,0 +1,111 @@
+"""Unit tests of the report writers: JSON, JUnit XML, Markdown; atomic; kept on failure."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from scenario_support import good_snapshot
+
+from vmtests.profiles import load_profile
+from vmtests.report import (
+    markdown_summary,
+    timing_breakdown,
+    write_atomic,
+    write_controls_report,
+    write_scenario_report,
+)
+from vmtests.scenario.compare import diff_snapshots
+from vmtests.scenario.controls import ControlOutcome
+from vmtests.scenario.scenario import ScenarioResult, evaluate_stage
+
+CFX = load_profile("cfx-llm2")
+
+
+def _result(broken: bool) -> ScenarioResult:
+    s1 = good_snapshot(label="S1")
+    s2 = good_snapshot(label="S2")
+    s2.boot_id = "22222222-2222-3333-4444-555555555555"
+    for snapshot in (s1, s2):
+        assert snapshot.process is not None
+        snapshot.process.environment["HF_TOKEN"] = "<redacted>"
+    assert s2.process is not None
+    if broken:
+        s2.process.argv.remove("--no-async-scheduling")
+    result = ScenarioResult(CFX, "qemu:reference", "reference install step")
+    result.snapshots = {"S1": s1, "S2": s2}
+    result.checks = evaluate_stage(CFX, s1) + evaluate_stage(CFX, s2, previous=s1)
+    result.diffs = diff_snapshots(s1, s2, CFX)
+    result.steps = {"boot": 8.0, "switch": 5.0, "reboot": 20.0, "checks S2": 0.01}
+    result.meter.record("execute", 10.0)
+    result.meter.record("reboot", 20.0)
+    result.wall_seconds = 40.0
+    result.status = "finished"
+    return result
+
+
+def test_reports_of_a_failed_run(tmp_path: Path) -> None:
+    result = _result(broken=True)
+    result.error = "WaitTimeout: --api-key sk-secret-1"
+    controls = [ControlOutcome("runtime drop-in", "m", "source.runtime-drop-in", True, "caught")]
+    paths = write_scenario_report(result, tmp_path, controls=controls)
+    data = json.loads(paths["json"].read_text())
+    assert data["ok"] is False
+    # The profile misses the flag, and the process no longer matches the unit's ExecStart.
+    assert [(f["check"], f["subject"]) for f in data["failures"]] == [
+        ("profile.args", "--no-async-scheduling"),
+        ("source.not-restarted", "tenstorrent-serving.service"),
+    ]
+    assert data["diffs"][0]["field"] == "process.argv"
+    assert set(data["snapshots"]) == {"S1", "S2"}
+    assert data["timings"]["driver_share"] == 0.75
+    assert data["controls"][0]["detected"] is True
+    suite = ET.fromstring(paths["junit"].read_text())
+    assert suite.get("failures") == "2"
+    assert suite.get("errors") == "1"
+    failed_case = suite.find("testcase/failure/..")
+    assert failed_case is not None
+    assert failed_case.get("name") == "--no-async-scheduling"
+    markdown = paths["markdown"].read_text()
+    assert "| argv has `--no-async-scheduling` | - | pass | FAIL |" in markdown
+    assert "| runtime drop-in | yes | source.runtime-drop-in | caught |" in markdown
+    for path in paths.values():
+        assert "sk-secret-1" not in path.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["junit.xml", "report.json", "summary.md"]
+
+
+def test_reports_of_a_passing_run(tmp_path: Path) -> None:
+    result = _result(broken=False)
+    data = json.loads(write_scenario_report(result, tmp_path)["json"].read_text())
+    assert data["ok"] is True
+    assert data["failures"] == []
+    assert data["diffs"] == []
+    assert "PASSED" in markdown_summary(result)
+    assert timing_breakdown(result)["reboot"] == 20.0
+
+
+def test_interrupted_run_is_reported_as_such(tmp_path: Path) -> None:
+    result = _result(broken=False)
+    result.status, result.error = "interrupted", "interrupted (Ctrl-C)"
+    data = json.loads(write_scenario_report(result, tmp_path)["json"].read_text())
+    assert data["status"] == "interrupted"
+    assert data["ok"] is False
+
+
+def test_controls_report_lists_undetected_controls(tmp_path: Path) -> None:
+    outcomes = [
+        ControlOutcome("a", "m", "c", True, "message a"),
+        ControlOutcome("b", "m", "c", False, "NOT DETECTED"),
+    ]
+    paths = write_controls_report(outcomes, [], tmp_path)
+    assert json.loads(paths["json"].read_text())["all_detected"] is False
+    assert "| b | **NO** | c | NOT DETECTED |" in paths["markdown"].read_text()
+
+
+def test_atomic_write_replaces_and_leaves_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "report.json"
+    write_atomic(target, "one")
+    write_atomic(target, "two")
+    assert target.read_text() == "two"
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]

@@ -1,0 +1,146 @@
+"""Unit tests of the runtime-only-source checks: each catches its own mechanism, by message."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from scenario_support import GIB_KIB, failures, good_snapshot
+
+from vmtests.scenario.snapshot import Snapshot
+from vmtests.scenario.sources import check_sources, is_runtime_path, origin_of
+
+DROP_IN = "/run/systemd/system/tenstorrent-serving.service.d/50-validated.conf"
+
+
+def _runtime_drop_in(snapshot: Snapshot) -> None:
+    snapshot.unit.properties["DropInPaths"] = DROP_IN
+    snapshot.unit.files[DROP_IN] = "[Service]\nEnvironment=QWEN36_SDPA_STREAMING=1\n"
+
+
+def _runtime_fragment(snapshot: Snapshot) -> None:
+    snapshot.unit.properties["FragmentPath"] = "/run/systemd/transient/tenstorrent-serving.service"
+
+
+def _manager_environment(snapshot: Snapshot) -> None:
+    snapshot.manager_environment["QWEN36_SDPA_STREAMING"] = "1"
+
+
+def _not_reloaded(snapshot: Snapshot) -> None:
+    snapshot.unit.properties["NeedDaemonReload"] = "yes"
+
+
+def _argv_not_restarted(snapshot: Snapshot) -> None:
+    assert snapshot.process is not None
+    snapshot.process.argv.remove("--no-async-scheduling")
+
+
+def _env_not_restarted(snapshot: Snapshot) -> None:
+    assert snapshot.process is not None
+    del snapshot.process.environment["QWEN36_MERGE_BATCH_GUARD"]
+
+
+def _outside_unit(snapshot: Snapshot) -> None:
+    assert snapshot.listener is not None
+    snapshot.listener.pid = 4242
+    snapshot.listener.cgroup = "0::/system.slice/vmtests-backdoor.service"
+    snapshot.unit.properties.update(ActiveState="inactive", MainPID="0")
+
+
+def _not_enabled(snapshot: Snapshot) -> None:
+    snapshot.unit.properties["UnitFileState"] = "disabled"
+
+
+def _runtime_hugepages(snapshot: Snapshot) -> None:
+    snapshot.hugepages.unit.properties = {"LoadState": "not-found"}
+
+
+def _masked_hugepages(snapshot: Snapshot) -> None:
+    snapshot.hugepages.unit.properties.update(LoadState="masked", UnitFileState="masked")
+
+
+def _generation(snapshot: Snapshot) -> None:
+    snapshot.generations = {
+        "/run/current-system": "/nix/store/new-system",
+        "/run/booted-system": "/nix/store/old-system",
+        "/nix/var/nix/profiles/system": "/nix/store/old-system",
+    }
+
+
+MECHANISMS: list[tuple[str, Callable[[Snapshot], None], str]] = [
+    ("source.runtime-drop-in", _runtime_drop_in, "is runtime-only (under /run) and vanishes"),
+    ("source.runtime-unit-file", _runtime_fragment, "a runtime-only unit file under /run"),
+    ("source.manager-environment", _manager_environment, "(systemctl set-environment)"),
+    ("source.not-reloaded", _not_reloaded, "(NeedDaemonReload=yes)"),
+    ("source.not-restarted", _argv_not_restarted, "but the unit's ExecStart is now"),
+    ("source.not-restarted", _env_not_restarted, "the unit now sets QWEN36_MERGE_BATCH_GUARD"),
+    ("source.outside-unit", _outside_unit, "is pid 4242"),
+    ("source.not-enabled", _not_enabled, "it will not start at the next boot"),
+    ("source.hugepages", _runtime_hugepages, "written at runtime and will be gone"),
+    ("source.hugepages", _masked_hugepages, "is masked"),
+    ("source.generation", _generation, "the switch did not set the boot default"),
+]
+
+
+def test_correct_snapshot_has_durable_sources() -> None:
+    results = check_sources(good_snapshot(), GIB_KIB)
+    assert failures(results) == []
+    assert {r.check for r in results} >= {
+        "source.runtime-unit-file",
+        "source.manager-environment",
+        "source.not-restarted",
+        "source.outside-unit",
+        "source.not-enabled",
+        "source.hugepages",
+    }
+
+
+@pytest.mark.parametrize(
+    ("check", "mutate", "needle"), MECHANISMS, ids=[m[1].__name__.strip("_") for m in MECHANISMS]
+)
+def test_each_runtime_source_is_flagged_with_its_own_message(
+    check: str, mutate: Callable[[Snapshot], None], needle: str
+) -> None:
+    snapshot = good_snapshot()
+    mutate(snapshot)
+    found = failures(check_sources(snapshot, GIB_KIB))
+    assert [r.check for r in found] == [check], found
+    assert needle in found[0].message
+
+
+def test_messages_of_different_mechanisms_differ() -> None:
+    messages = set()
+    for _, mutate, _ in MECHANISMS:
+        snapshot = good_snapshot()
+        mutate(snapshot)
+        messages.add(failures(check_sources(snapshot, GIB_KIB))[0].message)
+    assert len(messages) == len(MECHANISMS)
+
+
+def test_boot_time_sysctl_or_cmdline_also_source_hugepages() -> None:
+    snapshot = good_snapshot()
+    _runtime_hugepages(snapshot)
+    snapshot.hugepages.sysctl_lines = ["/etc/sysctl.d/90-hugepages.conf:vm.nr_hugepages=2"]
+    assert failures(check_sources(snapshot, GIB_KIB)) == []
+    snapshot.hugepages.sysctl_lines = []
+    snapshot.kernel_cmdline += " hugepagesz=1G hugepages=2"
+    assert failures(check_sources(snapshot, GIB_KIB)) == []
+
+
+def test_manager_path_and_locale_are_not_flagged() -> None:
+    snapshot = good_snapshot()
+    snapshot.manager_environment |= {"LC_ALL": "C", "LANG": "C.UTF-8", "PATH": "/bin"}
+    assert failures(check_sources(snapshot, GIB_KIB)) == []
+
+
+def test_runtime_paths_and_origins() -> None:
+    assert is_runtime_path(DROP_IN)
+    assert not is_runtime_path("/etc/systemd/system/tenstorrent-serving.service")
+    assert not is_runtime_path("/run/systemd/generator/tenstorrent-serving.service")
+    snapshot = good_snapshot()
+    _runtime_drop_in(snapshot)
+    _manager_environment(snapshot)
+    origin = origin_of(snapshot, "QWEN36_SDPA_STREAMING")
+    assert "drop-in " + DROP_IN + " (runtime-only, under /run)" in origin
+    assert "the service manager's environment" in origin
+    assert origin_of(snapshot, "--no-such-flag") == ""

@@ -1,0 +1,114 @@
+"""Driver benchmark: prints figures, asserts nothing (performance is measured, never tested).
+
+``python -m vmtests.bench`` (or ``vmtests bench``) reports:
+
+- reference image build time, cold (empty cache dir) and warm (cached);
+- boot-to-ready time of the reference guest (QEMU start until the backdoor answers);
+- command round-trip median and p95 over the backdoor and over ssh, on the same guest;
+- reboot-to-ready time (``Machine.reboot``: request until the new boot answers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from vmtests.driver.machine import Machine
+from vmtests.guest.access import ssh_to_guest
+from vmtests.guest.image import reference_image, start_reference_guest
+
+
+@contextmanager
+def _cache_dir(path: Path) -> Iterator[None]:
+    """Point the image cache at ``path`` for the duration of the block."""
+    previous = os.environ.get("VMTESTS_CACHE_DIR")
+    os.environ["VMTESTS_CACHE_DIR"] = str(path)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("VMTESTS_CACHE_DIR", None)
+        else:
+            os.environ["VMTESTS_CACHE_DIR"] = previous
+
+
+def _timed(action: Callable[[], object]) -> float:
+    """Seconds ``action`` took."""
+    start = time.monotonic()
+    action()
+    return time.monotonic() - start
+
+
+def round_trips(machine: Machine, count: int) -> list[float]:
+    """Wall-clock seconds of ``count`` trivial commands (``true``) on ``machine``."""
+    return [_timed(lambda: machine.succeed("true", timeout=30)) for _ in range(count)]
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """The ``fraction`` quantile of ``values`` (nearest rank)."""
+    ordered = sorted(values)
+    index = max(0, min(len(ordered) - 1, round(fraction * len(ordered) + 0.5) - 1))
+    return ordered[index]
+
+
+def _line(label: str, value: str) -> None:
+    print(f"{label:<44} {value}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print the figures; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="vmtests bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=50, help="round trips per channel")
+    parser.add_argument("--skip-cold", action="store_true", help="skip the cold image build")
+    parser.add_argument(
+        "--accel",
+        default=os.environ.get("VMTESTS_ACCEL", "tcg"),
+        choices=("auto", "kvm", "tcg"),
+        help="QEMU acceleration (default: $VMTESTS_ACCEL or tcg)",
+    )
+    args = parser.parse_args(argv)
+    figures: list[tuple[str, str]] = []
+
+    def record(label: str, value: str) -> None:
+        figures.append((label, value))
+        _line(label, value)
+
+    if not args.skip_cold:
+        with (
+            tempfile.TemporaryDirectory(prefix="vmtests-bench-cache-") as cold,
+            _cache_dir(Path(cold)),
+        ):
+            record("image build, cold (s)", f"{_timed(reference_image):.1f}")
+    record("image build, warm (s)", f"{_timed(reference_image):.3f}")
+
+    with tempfile.TemporaryDirectory(prefix="vmtests-bench-") as state:
+        start = time.monotonic()
+        guest = start_reference_guest(Path(state) / "guest", name="bench", accel=args.accel)
+        try:
+            record(f"boot to ready, {guest.accel_used} (s)", f"{time.monotonic() - start:.1f}")
+            ssh = ssh_to_guest(guest, Path(state) / "ssh")
+            with ssh:
+                backdoor = round_trips(guest, args.count)
+                over_ssh = round_trips(ssh, args.count)
+            for label, samples in (("backdoor", backdoor), ("ssh", over_ssh)):
+                median, p95 = statistics.median(samples), percentile(samples, 0.95)
+                record(
+                    f"round trip over {label}, n={len(samples)} (ms)",
+                    f"median {median * 1000:.1f}  p95 {p95 * 1000:.1f}",
+                )
+            ratio = statistics.median(backdoor) / statistics.median(over_ssh)
+            record("backdoor / ssh median round-trip ratio", f"{ratio:.2f}")
+            record("reboot to ready (s)", f"{_timed(guest.reboot):.1f}")
+        finally:
+            guest.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

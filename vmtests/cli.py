@@ -1,0 +1,241 @@
+"""The ``vmtests`` command: ``run``, ``selftest`` and ``bench``.
+
+``vmtests run --profile P --target T`` runs the persistence scenario on one machine and writes
+reports; ``vmtests selftest`` runs it on fresh reference guests for the shipped production
+profiles, then the negative controls; ``vmtests bench`` hands over to ``vmtests.bench``.
+
+Exit status: 0 when every check passed, 1 when a check failed or a control went undetected,
+2 for bad arguments or a missing profile, 3 when the run itself broke (a driver error), 130 on
+Ctrl-C. Reports are written in every case, including failures and interruptions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from vmtests.driver.errors import DriverError
+from vmtests.driver.log import log
+from vmtests.driver.machine import Machine
+from vmtests.driver.targets import TargetError, machine_from_target
+from vmtests.profiles import Profile, ProfileError, available_profiles, load_profile
+from vmtests.report import write_controls_report, write_scenario_report
+from vmtests.scenario.controls import ControlOutcome, check_correct_configuration, run_controls
+from vmtests.scenario.redact import redact_text
+from vmtests.scenario.reference_switch import (
+    SCENARIO_MEMORY_MB,
+    CommandSwitch,
+    ReferenceSwitch,
+    Switcher,
+)
+from vmtests.scenario.results import CheckResult
+from vmtests.scenario.scenario import Scenario, ScenarioResult
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+REFERENCE_TARGET = "qemu:reference"
+SELFTEST_PROFILES = ("cfx-llm2", "resident")
+BASE_PROFILE = "baseline"
+
+
+class UsageError(Exception):
+    """A bad argument combination, reported with exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``vmtests``."""
+    parser = argparse.ArgumentParser(
+        prog="vmtests", description="Prove that Tenstorrent serving settings survive a reboot."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = commands.add_parser("run", help="run the persistence scenario on one target")
+    run.add_argument("--profile", required=True, help="profile name or YAML path")
+    run.add_argument(
+        "--target",
+        default=REFERENCE_TARGET,
+        help="qemu:reference | qemu-nixos:<run-vm script> | ssh://[user@]host[:port]",
+    )
+    run.add_argument(
+        "--switch-command",
+        help="command run on the machine to switch (required unless the target is "
+        "qemu:reference), e.g. 'nixos-rebuild switch --flake /etc/nixos#cfx-llm2'",
+    )
+    run.add_argument("--report-dir", type=Path, default=Path("vmtests-report"))
+    run.add_argument(
+        "--container",
+        help="docker/podman container of the serving unit (the NixOS module names it "
+        "tenstorrent-serving); without it the unit's MainPID is the server",
+    )
+    run.add_argument(
+        "--hw-opt-in", action="store_true", help="required for ssh:// targets (reboots the host)"
+    )
+    selftest = commands.add_parser(
+        "selftest", help="scenario + negative controls on fresh reference guests"
+    )
+    selftest.add_argument("--report-dir", type=Path, default=Path("vmtests-selftest"))
+    selftest.add_argument(
+        "--profiles",
+        default=",".join(SELFTEST_PROFILES),
+        help="comma-separated profiles to run the scenario for",
+    )
+    selftest.add_argument("--skip-controls", action="store_true", help="scenario only")
+    commands.add_parser("bench", help="driver benchmarks (vmtests.bench)", add_help=False)
+    return parser
+
+
+def _load(name: str) -> Profile:
+    try:
+        return load_profile(name)
+    except ProfileError as error:
+        raise UsageError(
+            f"{error}\navailable profiles: {', '.join(available_profiles())}"
+        ) from error
+
+
+def _switcher(args: argparse.Namespace, profile: Profile) -> Switcher:
+    if args.switch_command:
+        return CommandSwitch(args.switch_command)
+    if args.target != REFERENCE_TARGET:
+        raise UsageError(f"--target {args.target} needs --switch-command (how to switch it)")
+    return ReferenceSwitch(profile)
+
+
+@contextmanager
+def _machine(target: str, state_dir: Path) -> Iterator[Machine]:
+    """The machine for ``target``, closed (never powered off for ssh) at the end."""
+    options = {"memory_mb": SCENARIO_MEMORY_MB} if target == REFERENCE_TARGET else {}
+    machine = machine_from_target(target, state_dir, **options)
+    try:
+        yield machine
+    finally:
+        close: Callable[[], None] | None = getattr(machine, "close", None)
+        if close is not None:
+            close()
+
+
+def _print_outcome(result: ScenarioResult) -> None:
+    failures = result.failures
+    verdict = "PASSED" if result.ok else "FAILED"
+    print(f"\n{verdict}: profile {result.profile.name} on {result.target}: ", end="")
+    print(f"{len(result.checks)} checks, {len(failures)} failed, {result.wall_seconds:.1f}s")
+    for failure in failures:
+        print(f"  {redact_text(str(failure))}")
+    if result.error:
+        print(f"  run error: {redact_text(result.error)}")
+
+
+def run_scenario_on(
+    machine: Machine,
+    profile: Profile,
+    switcher: Switcher,
+    report_dir: Path,
+    *,
+    target: str,
+    container: str | None = None,
+    controls: Callable[[Machine], list[ControlOutcome]] | None = None,
+) -> ScenarioResult:
+    """Run the scenario (and optionally controls) and write the reports, whatever happens."""
+    base = _load(BASE_PROFILE) if isinstance(switcher, ReferenceSwitch) else None
+    scenario = Scenario(
+        machine, profile, switcher, target=target, base_profile=base, container=container
+    )
+    try:
+        scenario.run()
+    finally:
+        paths = write_scenario_report(scenario.result, report_dir, machine)
+        log.info(f"reports: {', '.join(str(path) for path in paths.values())}")
+    _print_outcome(scenario.result)
+    return scenario.result
+
+
+def command_run(args: argparse.Namespace) -> int:
+    """``vmtests run``."""
+    profile = _load(args.profile)
+    if args.target.startswith("ssh://") and not args.hw_opt_in:
+        raise UsageError(
+            f"--target {args.target} is a real host: the scenario reboots it; "
+            "pass --hw-opt-in to allow that"
+        )
+    switcher = _switcher(args, profile)
+    with (
+        tempfile.TemporaryDirectory(prefix="vmtests-run-") as state,
+        _machine(args.target, Path(state)) as machine,
+    ):
+        result = run_scenario_on(
+            machine,
+            profile,
+            switcher,
+            args.report_dir,
+            target=args.target,
+            container=args.container,
+        )
+    return EXIT_OK if result.ok else EXIT_FAILED
+
+
+def command_selftest(args: argparse.Namespace) -> int:
+    """``vmtests selftest``: the scenario per profile, then the negative controls."""
+    profiles = [_load(name.strip()) for name in args.profiles.split(",") if name.strip()]
+    if not profiles:
+        raise UsageError("--profiles names no profile")
+    ok = True
+    outcomes: list[ControlOutcome] = []
+    false_alarms: list[CheckResult] = []
+    for index, profile in enumerate(profiles):
+        switch = ReferenceSwitch(profile)
+        with (
+            tempfile.TemporaryDirectory(prefix="vmtests-selftest-") as state,
+            _machine(REFERENCE_TARGET, Path(state)) as machine,
+        ):
+            result = run_scenario_on(
+                machine, profile, switch, args.report_dir / profile.name, target=REFERENCE_TARGET
+            )
+            ok = ok and result.ok
+            # The controls reuse the first guest: each one resets it to the target first.
+            if index == 0 and not args.skip_controls:
+                try:
+                    false_alarms = check_correct_configuration(machine, switch)
+                    outcomes = run_controls(machine, switch)
+                finally:
+                    write_controls_report(outcomes, false_alarms, args.report_dir / "controls")
+    if outcomes:
+        print("\nNegative controls:")
+        for outcome in outcomes:
+            print(
+                f"  {'detected' if outcome.detected else 'NOT DETECTED'}: {outcome.name}: "
+                f"{redact_text(outcome.message)}"
+            )
+        print(f"False alarms on the correct configuration: {len(false_alarms)}")
+        ok = ok and all(o.detected for o in outcomes) and not false_alarms
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``vmtests`` console script."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["bench"]:
+        # Imported by name: the benchmarks belong to the driver and load only when asked for.
+        bench = importlib.import_module("vmtests.bench")
+        return int(bench.main(arguments[1:]) or 0)
+    parser = build_parser()
+    args = parser.parse_args(arguments)
+    try:
+        if args.command == "run":
+            return command_run(args)
+        return command_selftest(args)
+    except (UsageError, TargetError) as error:
+        print(f"vmtests {args.command}: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("\nvmtests: interrupted; reports written so far are kept", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except DriverError as error:
+        print(f"vmtests {args.command}: driver error: {redact_text(str(error))}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

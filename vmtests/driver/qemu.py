@@ -1,0 +1,512 @@
+"""The QEMU backend: a guest driven over its virtio-port backdoor, ttyS0 console and QMP.
+
+One ``QemuMachine`` is one guest with its own state directory (qcow2 overlay, console logs,
+QEMU's stderr), its own free host ports and its own QEMU process, which never outlives the
+session (``vmtests.driver.procs``). See ``qemu_launch`` for the command lines and
+``vmtests.guest.contract`` for what the guest provides.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from qemu.qmp.legacy import QEMUMonitorProtocol
+
+from vmtests.driver import procs, qemu_launch, transfer
+from vmtests.driver.console import SerialConsole
+from vmtests.driver.errors import DriverError, MachineGone, WaitTimeout
+from vmtests.driver.log import log
+from vmtests.driver.machine import (
+    DEFAULT_COMMAND_TIMEOUT,
+    DEFAULT_REBOOT_TIMEOUT,
+    CommandResult,
+    Machine,
+)
+from vmtests.driver.qemu_io import (
+    SocketTransport,
+    close_qmp,
+    kvm_usable,
+    remove_orphaned_runtime_dirs,
+)
+from vmtests.driver.shell import REBOOT_COMMAND, ShellChannel
+from vmtests.guest.contract import BACKDOOR_READY_RE
+
+# qemu.qmp logs every refused connection attempt at ERROR; our errors carry the evidence.
+logging.getLogger("qemu.qmp").setLevel(logging.CRITICAL)
+
+DEFAULT_BOOT_TIMEOUT = 300.0
+KVM_PROBE_TIMEOUT = 15.0
+"""How long ``accel=auto`` gives KVM to print the kernel's first line before falling back."""
+CONNECT_TIMEOUT = 30.0
+PORT_ATTEMPTS = 3
+CONSOLE_SYNC_TIMEOUT = 10.0
+_KVM_VERDICT: dict[str, bool] = {}
+"""Process-wide memory of a failed KVM probe (KVM does not start working mid-session)."""
+
+
+class QemuMachine(Machine):
+    """A QEMU guest: the reference guest (direct boot) or a NixOS VM (its run script)."""
+
+    def __init__(
+        self,
+        name: str,
+        state_dir: Path,
+        *,
+        kernel: Path | None = None,
+        initrd: Path | None = None,
+        append: str = "",
+        base_disk: Path | None = None,
+        run_script: Path | None = None,
+        memory_mb: int | None = None,
+        cpus: int = 1,
+        accel: str | None = None,
+        forward_ports: Sequence[int] = (),
+        ssh_key: Path | None = None,
+        boot_timeout: float = DEFAULT_BOOT_TIMEOUT,
+        kvm_probe_timeout: float = KVM_PROBE_TIMEOUT,
+    ) -> None:
+        if (kernel is None) == (run_script is None):
+            raise ValueError("give either kernel/initrd/base_disk (direct boot) or run_script")
+        if kernel is not None and (initrd is None or base_disk is None):
+            raise ValueError("direct boot needs kernel, initrd and base_disk")
+        self.name = name
+        self.state_dir = Path(state_dir)
+        self.kernel, self.initrd, self.append = kernel, initrd, append
+        self.base_disk, self.run_script = base_disk, run_script
+        self.memory_mb, self.cpus = memory_mb, cpus
+        self.requested_accel = (accel or os.environ.get("VMTESTS_ACCEL") or "auto").lower()
+        if self.requested_accel not in qemu_launch.ACCELS:
+            raise ValueError(f"accel must be one of {qemu_launch.ACCELS}: {accel!r}")
+        self.guest_ports = sorted({22, *forward_ports})
+        self.ssh_key = ssh_key
+        self.boot_timeout = boot_timeout
+        self.kvm_probe_timeout = kvm_probe_timeout
+        self.marker = f"vmtests-{name}-{uuid.uuid4().hex[:12]}"
+        self.accel_used: str | None = None
+        self.console = SerialConsole(self.state_dir / "console")
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._forwards: dict[int, int] = {}
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._qmp: Any = None
+        self._transport: SocketTransport | None = None
+        self._channel: ShellChannel | None = None
+        self._runtime_dir: Path | None = None
+        self._ready = False
+        self._boot_id: str | None = None
+        self._boot_index = 0
+        self._pre_reboot_boot_id: str | None = None
+
+    # ---- properties --------------------------------------------------------------------------
+
+    @property
+    def process_running(self) -> bool:
+        """True while the QEMU process exists."""
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        """PID of the QEMU process (or of the NixOS run script, which ``exec``s QEMU)."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def ssh_port(self) -> int:
+        """Host port forwarded to the guest's sshd."""
+        return self.forwarded_port(22)
+
+    def forwarded_port(self, guest_port: int) -> int:
+        """The host port (on 127.0.0.1) forwarded to ``guest_port``."""
+        if guest_port not in self._forwards:
+            raise DriverError(
+                f"{self.name}: guest port {guest_port} is not forwarded "
+                f"(forwarded: {sorted(self._forwards)}; pass it in forward_ports)"
+            )
+        return self._forwards[guest_port]
+
+    @property
+    def overlay(self) -> Path:
+        """The guest's writable disk: a qcow2 overlay on the base image (or NIX_DISK_IMAGE)."""
+        return self.state_dir / f"{self.name}.qcow2"
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Boot the guest and wait until the backdoor is ready (``boot_timeout``).
+
+        A start that fails kills QEMU before raising: nothing is left running.
+        """
+        if self.process_running:
+            return
+        with log.nested(f"starting {self.name}"):
+            deadline = time.monotonic() + self.boot_timeout
+            try:
+                self._prepare_disk()
+                accel = self.requested_accel
+                if accel == "auto":
+                    accel = self._probe_kvm() if kvm_usable() else "tcg"
+                if not self.process_running:
+                    self._launch(accel)
+                self._wait_for_backdoor(deadline, not_boot_id=None)
+            except BaseException:
+                self.close()
+                raise
+
+    def _prepare_disk(self) -> None:
+        """Create the qcow2 overlay once per state dir; later starts keep its writes."""
+        if self.base_disk is None or self.overlay.exists():
+            return
+        backing = ["-F", "raw", "-b", str(self.base_disk)]
+        subprocess.run(
+            ["qemu-img", "create", "-q", "-f", "qcow2", *backing, str(self.overlay)],
+            check=True,
+            capture_output=True,
+        )
+
+    def _probe_kvm(self) -> str:
+        """Launch under KVM; if QEMU dies or the kernel prints nothing in time, use TCG.
+
+        A failed probe is remembered for the rest of the process (``_KVM_VERDICT``), so only
+        the first guest of a session pays for it.
+        """
+        if _KVM_VERDICT.get("broken"):
+            log.warning(f"{self.name}: KVM failed earlier in this process; using TCG")
+            return "tcg"
+        seen = self.console.boot_count
+        try:
+            self._launch("kvm")
+            if self.console.wait_for_boot(seen + 1, time.monotonic() + self.kvm_probe_timeout):
+                return "kvm"
+            reason = f"no kernel output under KVM within {self.kvm_probe_timeout:.0f}s"
+        except DriverError as error:
+            reason = f"QEMU failed under KVM: {str(error).splitlines()[0]}"
+        _KVM_VERDICT["broken"] = True
+        log.warning(f"{self.name}: {reason}; restarting under TCG (accel=auto)")
+        self.close()
+        return "tcg"
+
+    def _launch(self, accel: str) -> None:
+        """Start QEMU under ``accel`` and connect console, backdoor and QMP."""
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            self._forwards = {port: qemu_launch.free_port() for port in self.guest_ports}
+            with log.nested(f"launching QEMU ({accel}) for {self.name}"):
+                if self._try_launch(accel):
+                    self.accel_used = accel
+                    return
+            log.warning(f"{self.name}: host port taken meanwhile (attempt {attempt}); retrying")
+        raise DriverError(f"{self.name}: could not bind host ports in {PORT_ATTEMPTS} attempts")
+
+    def _try_launch(self, accel: str) -> bool:
+        """One launch attempt; False when a forwarded host port was taken in the meantime."""
+        if self._runtime_dir is not None:  # left over from an abandoned launch
+            shutil.rmtree(self._runtime_dir, ignore_errors=True)
+        remove_orphaned_runtime_dirs()
+        # Short path: UNIX socket paths are limited to 108 bytes. The PID in the name lets a
+        # later run remove dirs of sessions that were SIGKILLed (no Python cleanup ran there).
+        runtime = Path(tempfile.mkdtemp(prefix=f"vmt-{os.getpid()}-", dir="/tmp"))
+        self._runtime_dir = runtime
+        sockets = qemu_launch.Sockets(runtime / "s", runtime / "b", runtime / "q")
+        listeners = {}
+        for key, path in (("serial", sockets.serial), ("backdoor", sockets.backdoor)):
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind(str(path))
+            listener.listen(1)
+            listeners[key] = listener
+        spec = self._spec(accel, sockets)
+        stderr = (self.state_dir / "qemu-stderr.log").open("ab")
+        try:
+            self._proc = procs.spawn(
+                spec.argv,
+                f"qemu {self.name}",
+                stdin=subprocess.DEVNULL,
+                stdout=stderr,
+                stderr=stderr,
+                env={**os.environ, **spec.env},
+            )
+        finally:
+            stderr.close()
+        try:
+            serial = self._accept(listeners["serial"], "serial console")
+            backdoor = self._accept(listeners["backdoor"], "backdoor console")
+        except MachineGone:
+            if "host forwarding rule" in self._stderr_tail():
+                self._stop_process()
+                return False
+            raise
+        finally:
+            for listener in listeners.values():
+                listener.close()
+        self.console.attach(serial)
+        self._transport = SocketTransport(self, backdoor)
+        self._channel = ShellChannel(self._transport, f"{self.name} backdoor")
+        self._qmp = self._connect_qmp(sockets.qmp)
+        return True
+
+    def _spec(self, accel: str, sockets: qemu_launch.Sockets) -> qemu_launch.LaunchSpec:
+        """The launch spec for this machine's mode."""
+        if self.run_script is not None:
+            return qemu_launch.nixos_spec(
+                run_script=self.run_script,
+                state_dir=self.state_dir,
+                disk_image=self.overlay,
+                memory_mb=self.memory_mb,
+                cpus=self.cpus,
+                accel=accel,
+                forwards=self._forwards,
+                sockets=sockets,
+                marker=self.marker,
+            )
+        assert self.kernel is not None
+        assert self.initrd is not None
+        return qemu_launch.direct_spec(
+            kernel=self.kernel,
+            initrd=self.initrd,
+            append=self.append,
+            overlay=self.overlay,
+            memory_mb=self.memory_mb or 1024,
+            cpus=self.cpus,
+            accel=accel,
+            forwards=self._forwards,
+            sockets=sockets,
+            marker=self.marker,
+        )
+
+    def _accept(self, listener: socket.socket, what: str) -> socket.socket:
+        """Accept QEMU's connection to ``listener``; fail fast if QEMU exits first."""
+        deadline = time.monotonic() + CONNECT_TIMEOUT
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([listener], [], [], 0.2)
+            if ready:
+                connection, _ = listener.accept()
+                return connection
+            if not self.process_running:
+                raise MachineGone(
+                    f"{self.name}: QEMU exited before connecting its {what}\n"
+                    f"--- QEMU stderr ---\n{self._stderr_tail()}"
+                )
+        raise WaitTimeout(f"QEMU to connect its {what}", CONNECT_TIMEOUT, self._stderr_tail())
+
+    def _connect_qmp(self, path: Path) -> Any:
+        """Connect to QMP (QEMU creates its socket during startup)."""
+        deadline = time.monotonic() + CONNECT_TIMEOUT
+        while True:
+            qmp = QEMUMonitorProtocol(str(path))
+            try:
+                qmp.connect(negotiate=True)
+                return qmp
+            except Exception as error:  # qemu.qmp raises several unrelated types here
+                close_qmp(qmp)
+                if not self.process_running:
+                    raise MachineGone(
+                        f"{self.name}: QEMU exited during startup\n--- QEMU stderr ---\n"
+                        + self._stderr_tail()
+                    ) from error
+                if time.monotonic() > deadline:
+                    raise DriverError(f"{self.name}: cannot connect to QMP: {error}") from error
+                time.sleep(0.1)
+
+    def _wait_for_backdoor(self, deadline: float, not_boot_id: str | None) -> None:
+        """Wait for a ready line from a boot other than ``not_boot_id``."""
+        channel = self._require_channel()
+        with log.nested(f"waiting for the backdoor of {self.name}"):
+            while True:
+                match = channel.wait_for(BACKDOOR_READY_RE, deadline, "the backdoor ready line")
+                boot_id = match.group(1).decode()
+                if boot_id != not_boot_id:
+                    break
+            self._boot_id = boot_id
+            # The kernel line of this boot was printed long before; let the reader catch up.
+            sync = min(deadline, time.monotonic() + CONSOLE_SYNC_TIMEOUT)
+            expected = self._boot_index + 1 if not_boot_id is not None else 1
+            if not self.console.wait_for_boot(expected, sync):
+                log.warning(f"{self.name}: no kernel boot line on ttyS0; console split unsure")
+            self._boot_index = max(0, self.console.boot_count - 1)
+            self._ready = True
+            log.info(f"boot {boot_id} ready (console boot #{self._boot_index})")
+
+    def shutdown(self, timeout: float = DEFAULT_REBOOT_TIMEOUT) -> None:
+        """Power off cleanly (``systemctl poweroff``, then ACPI via QMP) and wait for exit."""
+        if not self.process_running:
+            self.close()
+            return
+        with log.nested(f"shutting down {self.name}"):
+            start = time.monotonic()
+            try:
+                if self._ready:
+                    self._require_channel().run("systemctl --no-block poweroff", 30)
+                else:
+                    self._qmp_command("system_powerdown")
+            except DriverError as error:
+                log.warning(f"{self.name}: poweroff request failed ({error}); using ACPI")
+                self._qmp_command("system_powerdown")
+            self._ready = False
+            exited = self._wait_exit(start + timeout / 2)
+            if not exited:
+                self._qmp_command("system_powerdown")
+                exited = self._wait_exit(start + timeout)
+            tail = self.diagnostics()
+            self.close()
+            if not exited:
+                raise WaitTimeout(f"{self.name} to power off", time.monotonic() - start, tail)
+
+    def crash(self) -> None:
+        """Power off hard: QMP ``quit`` (no guest shutdown), then make sure QEMU is gone."""
+        with log.nested(f"crashing {self.name}"):
+            self._qmp_command("quit")
+            self._wait_exit(time.monotonic() + 10)
+            self.close()
+
+    def hard_reset(self, timeout: float = DEFAULT_REBOOT_TIMEOUT) -> str:
+        """Reset like the reset button (QMP ``system_reset``); return the new boot ID."""
+        with log.nested(f"hard reset of {self.name}"):
+            old = self._boot_id
+            self._ready = False
+            self._qmp_command("system_reset")
+            self._pre_reboot_boot_id = old
+            self._wait_until_answering(time.monotonic() + timeout)
+            assert self._boot_id is not None
+            return self._boot_id
+
+    def wait_for_new_boot(self, old_boot_id: str, timeout: float = DEFAULT_REBOOT_TIMEOUT) -> str:
+        """Follow a reboot triggered elsewhere (ssh, the guest itself); return the new boot ID.
+
+        Reads ready lines until one from a boot other than ``old_boot_id`` arrives.
+        """
+        with log.nested(f"following the reboot of {self.name} (boot {old_boot_id})"):
+            self._ready = False
+            self._pre_reboot_boot_id = old_boot_id
+            self._wait_until_answering(time.monotonic() + timeout)
+            assert self._boot_id is not None
+            return self._boot_id
+
+    def close(self) -> None:
+        """Release everything: kill QEMU if still running, close sockets, remove the run dir."""
+        self._ready = False
+        if self._qmp is not None:
+            close_qmp(self._qmp)
+            self._qmp = None
+        self._stop_process()
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+        self._channel = None
+        if self._runtime_dir is not None:
+            shutil.rmtree(self._runtime_dir, ignore_errors=True)
+            self._runtime_dir = None
+
+    def _stop_process(self) -> None:
+        """Kill the QEMU process group (idempotent)."""
+        if self._proc is not None:
+            procs.reap(self._proc, grace=2.0)
+            self._proc = None
+
+    def _wait_exit(self, deadline: float) -> bool:
+        """Wait until QEMU exits or ``deadline`` passes."""
+        assert self._proc is not None
+        try:
+            self._proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def _qmp_command(self, command: str) -> None:
+        """Send one QMP command; a QEMU that already exited is not an error."""
+        if self._qmp is None or not self.process_running:
+            return
+        try:
+            self._qmp.cmd(command)
+        except Exception as error:  # qemu.qmp raises several unrelated types here
+            if self.process_running and command != "quit":
+                raise DriverError(f"{self.name}: QMP {command} failed: {error}") from error
+
+    def __enter__(self) -> QemuMachine:
+        """Start the machine when entering a ``with`` block."""
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Stop QEMU (hard, quickly) when leaving the block, whatever happened."""
+        self.close()
+
+    # ---- commands ----------------------------------------------------------------------------
+
+    def _require_channel(self) -> ShellChannel:
+        if self._channel is None or not self.process_running:
+            raise MachineGone(f"{self.name} is not running")
+        return self._channel
+
+    def execute(self, command: str, timeout: float = DEFAULT_COMMAND_TIMEOUT) -> CommandResult:
+        """Run ``command`` as root over the backdoor port; rc, stdout and stderr separately."""
+        if not self._ready:
+            raise MachineGone(f"{self.name}: the backdoor is not ready (not started/rebooting)")
+        result = self._require_channel().run(command, timeout)
+        log.info(f"{self.name}# {command[:120]!s} -> rc={result.rc} ({result.duration:.2f}s)")
+        return result
+
+    def copy_to(self, source: Path, destination: str, timeout: float = 120.0) -> None:
+        """Copy a host file or directory into the guest (over the backdoor)."""
+        with log.nested(f"copying {source} to {self.name}:{destination}"):
+            transfer.copy_to(self, source, destination, timeout)
+
+    def copy_from(self, source: str, destination: Path, timeout: float = 120.0) -> None:
+        """Copy a guest file or directory to the host (over the backdoor)."""
+        with log.nested(f"copying {self.name}:{source} to {destination}"):
+            transfer.copy_from(self, source, destination, timeout)
+
+    def _issue_reboot(self) -> None:
+        """Ask systemd to reboot; the command returns before the shell is killed."""
+        self._pre_reboot_boot_id = self._boot_id
+        self._require_channel().run(REBOOT_COMMAND, 30)
+        self._ready = False
+
+    def _wait_until_answering(self, deadline: float) -> None:
+        """Wait for the ready line of a boot other than the one that was asked to reboot."""
+        self._wait_for_backdoor(deadline, not_boot_id=self._pre_reboot_boot_id)
+
+    # ---- console -----------------------------------------------------------------------------
+
+    @property
+    def boot_index(self) -> int:
+        """Index of the running boot in the console capture (0 for the first boot)."""
+        return self._boot_index
+
+    def console_log(self, boot_index: int) -> Path:
+        """Path of the console log of boot ``boot_index``."""
+        return self.console.log_path(boot_index)
+
+    def console_text(self, boot_index: int | None = None) -> str:
+        """Console text of ``boot_index`` (default: the running boot)."""
+        return self.console.text(self._boot_index if boot_index is None else boot_index)
+
+    def wait_for_console_text(self, pattern: str, timeout: float = 60.0) -> str:
+        """Wait until regex ``pattern`` appears on the console of the running boot or later."""
+        with log.nested(f"waiting for /{pattern}/ on the console of {self.name}"):
+            return self.console.wait_for_text(pattern, self._boot_index, timeout).group(0)
+
+    def diagnostics(self) -> str:
+        """Console tail of the latest boot and QEMU's stderr tail, for error messages."""
+        return (
+            f"--- console (last lines of the latest boot of {self.name}) ---\n"
+            f"{self.console.tail()}\n--- QEMU stderr ---\n{self._stderr_tail() or '(empty)'}"
+        )
+
+    def _stderr_tail(self) -> str:
+        path = self.state_dir / "qemu-stderr.log"
+        if not path.exists():
+            return ""
+        return path.read_text(errors="replace")[-3000:]

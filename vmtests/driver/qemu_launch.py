@@ -1,0 +1,189 @@
+"""How a QEMU guest is launched: the command line and environment, for both kinds of guest.
+
+- *direct* mode boots the reference guest: ``-kernel/-initrd/-append`` plus a qcow2 overlay on
+  the base image;
+- *nixos* mode runs the ``result/bin/run-<name>-vm`` script that nixpkgs' ``qemu-vm.nix``
+  builds. That script ``exec``s QEMU with its own options, then ``$QEMU_OPTS``, then ``"$@"``;
+  it creates ``$NIX_DISK_IMAGE`` on first use, puts ``$QEMU_NET_OPTS`` into its
+  ``-netdev user,...`` option and keeps its scratch files in ``$TMPDIR`` when ``USE_TMPDIR=1``
+  (the same variables the nixpkgs test driver sets). We pass our devices as arguments, like the
+  nixpkgs driver does, and never ``-no-reboot``: the suite reboots guests.
+
+Both modes share the instrumentation devices: ttyS0 and the backdoor port connect to host-side UNIX
+sockets the driver listens on, and QMP listens on a third socket.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vmtests.guest.contract import BACKDOOR_PORT_NAME
+
+QEMU_BINARY = os.environ.get("VMTESTS_QEMU", "qemu-system-x86_64")
+ACCELS = ("auto", "kvm", "tcg")
+
+
+@dataclass(frozen=True)
+class Sockets:
+    """Host-side UNIX socket paths of one QEMU run (kept short: sun_path has 108 bytes)."""
+
+    serial: Path
+    backdoor: Path
+    qmp: Path
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything needed to start one QEMU process."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now (QEMU binds it moments later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def hostfwd(forwards: Mapping[int, int]) -> str:
+    """``hostfwd=`` options for slirp: host 127.0.0.1:<host> -> guest :<guest>."""
+    return ",".join(
+        f"hostfwd=tcp:127.0.0.1:{host}-:{guest}" for guest, host in sorted(forwards.items())
+    )
+
+
+def instrumentation_args(sockets: Sockets, marker: str) -> list[str]:
+    """QEMU arguments of the instrumentation contract: ttyS0, backdoor port, QMP, no display.
+
+    ``marker`` goes into a ``-device`` id so that tests can find this QEMU in ``ps``.
+    """
+    return [
+        "-display",
+        "none",
+        "-chardev",
+        f"socket,id=vmtserial,path={sockets.serial}",
+        "-serial",
+        "chardev:vmtserial",
+        "-chardev",
+        f"socket,id=vmtshell,path={sockets.backdoor}",
+        "-device",
+        "virtio-serial",
+        "-device",
+        f"virtserialport,chardev=vmtshell,name={BACKDOOR_PORT_NAME}",
+        "-qmp",
+        f"unix:{sockets.qmp},server=on,wait=off",
+        "-device",
+        f"virtio-rng-pci,id={marker}",
+        "-monitor",
+        "none",
+    ]
+
+
+def accel_args(accel: str, machine_option: bool = False) -> list[str]:
+    """Acceleration and CPU model.
+
+    Under TCG ``-cpu max`` enables every feature TCG emulates, including ``pdpe1gb`` (1 GiB
+    pages, needed for the 1 GiB hugepages of the serving scenario). Under KVM both ``host``
+    and ``max`` abort on our machines (``failed to set MSR 0x10a``), so KVM gets the portable
+    ``kvm64`` model plus ``pdpe1gb``. ``machine_option`` spells it as
+    ``-machine accel=``: nixpkgs' ``qemu-kvm`` wrapper already passes ``-machine accel=kvm:tcg``,
+    which QEMU refuses to combine with ``-accel`` but lets a later ``-machine`` override.
+    """
+    if accel not in ("kvm", "tcg"):
+        raise ValueError(f"accel must be 'kvm' or 'tcg' at launch time, not {accel!r}")
+    cpu = "max" if accel == "tcg" else "kvm64,+pdpe1gb"
+    if machine_option:
+        return ["-machine", f"accel={accel}", "-cpu", cpu]
+    return ["-accel", "tcg,thread=multi" if accel == "tcg" else "kvm", "-cpu", cpu]
+
+
+def direct_spec(
+    *,
+    kernel: Path,
+    initrd: Path,
+    append: str,
+    overlay: Path,
+    memory_mb: int,
+    cpus: int,
+    accel: str,
+    forwards: Mapping[int, int],
+    sockets: Sockets,
+    marker: str,
+) -> LaunchSpec:
+    """Command line of a directly booted guest (the reference guest)."""
+    argv = [
+        QEMU_BINARY,
+        "-name",
+        marker,
+        "-nodefaults",
+        "-no-user-config",
+        "-machine",
+        "pc",
+        *accel_args(accel),
+        "-smp",
+        str(cpus),
+        "-m",
+        str(memory_mb),
+        "-kernel",
+        str(kernel),
+        "-initrd",
+        str(initrd),
+        "-append",
+        append,
+        "-drive",
+        f"file={overlay},if=virtio,format=qcow2,cache=writeback,werror=report",
+        "-netdev",
+        f"user,id=net0,{hostfwd(forwards)}",
+        "-device",
+        "virtio-net-pci,netdev=net0",
+        *instrumentation_args(sockets, marker),
+    ]
+    return LaunchSpec(argv=argv)
+
+
+def nixos_spec(
+    *,
+    run_script: Path,
+    state_dir: Path,
+    disk_image: Path,
+    memory_mb: int | None,
+    cpus: int | None,
+    accel: str,
+    forwards: Mapping[int, int],
+    sockets: Sockets,
+    marker: str,
+    extra_args: Sequence[str] = (),
+) -> LaunchSpec:
+    """Command line and environment of a NixOS VM started through its ``run-*-vm`` script.
+
+    The script already passes ``-m``/``-smp`` from the NixOS configuration; later options win
+    in QEMU, so ``memory_mb``/``cpus`` override them only when given. The script's own
+    ``-nographic`` (``virtualisation.graphics = false``) would put a monitor on stdio; our
+    ``-display none -monitor none`` and explicit ``-serial`` come later and replace that.
+    """
+    scratch = state_dir / "nixos-tmp"
+    shared = state_dir / "xchg-shared"
+    scratch.mkdir(parents=True, exist_ok=True)
+    shared.mkdir(parents=True, exist_ok=True)
+    args = [*accel_args(accel, machine_option=True), *instrumentation_args(sockets, marker)]
+    if memory_mb is not None:
+        args += ["-m", str(memory_mb)]
+    if cpus is not None:
+        args += ["-smp", str(cpus)]
+    env = {
+        "NIX_DISK_IMAGE": str(disk_image),
+        "QEMU_NET_OPTS": hostfwd(forwards),
+        "TMPDIR": str(scratch),
+        "USE_TMPDIR": "1",
+        "SHARED_DIR": str(shared),
+        # The script appends $QEMU_OPTS; keep a caller's value out of our runs.
+        "QEMU_OPTS": "",
+    }
+    return LaunchSpec(argv=[str(run_script), *args, *extra_args], env=env)

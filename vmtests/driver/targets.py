@@ -1,0 +1,107 @@
+"""Machine targets as strings, for the CLI and the pytest options.
+
+- ``qemu:reference``: the Debian reference guest (built/cached on demand), booted under QEMU;
+- ``qemu-nixos:<path>``: a NixOS VM started through its ``result/bin/run-<name>-vm`` script;
+- ``ssh://[user@]host[:port]``: an existing host reached with the system ssh client.
+
+``machine_from_target`` returns the machine *not started*; call ``start()`` (the scenario does).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from vmtests.driver.machine import Machine
+
+SERVING_PORT = 8000
+"""The serving port forwarded by default for QEMU targets."""
+
+_SSH_RE = re.compile(
+    r"^ssh://(?:(?P<user>[^@/]+)@)?(?P<host>\[[^\]]+\]|[^:/]+)(?::(?P<port>\d+))?/?$"
+)
+
+QEMU_OPTIONS = ("memory_mb", "cpus", "accel", "forward_ports", "boot_timeout", "name")
+SSH_OPTIONS = (
+    "identity_file",
+    "known_hosts",
+    "strict_host_key_checking",
+    "sudo",
+    "sudo_password",
+    "connect_timeout",
+)
+
+
+class TargetError(ValueError):
+    """The target string or its options are not valid."""
+
+
+def parse_ssh_target(target: str) -> tuple[str | None, str, int]:
+    """Split ``ssh://[user@]host[:port]`` into (user, host, port); port defaults to 22."""
+    match = _SSH_RE.match(target)
+    if match is None:
+        raise TargetError(f"not an ssh target: {target!r} (expected ssh://[user@]host[:port])")
+    host = match.group("host").strip("[]")
+    return match.group("user"), host, int(match.group("port") or 22)
+
+
+def _pick(options: dict[str, Any], allowed: tuple[str, ...], target: str) -> dict[str, Any]:
+    """The options that apply to this kind of target; unknown ones are an error."""
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise TargetError(f"options {unknown} do not apply to target {target!r}")
+    return {key: value for key, value in options.items() if value is not None}
+
+
+def machine_from_target(target: str, state_dir: Path, **options: Any) -> Machine:
+    """Build the (not yet started) machine that ``target`` names.
+
+    QEMU targets accept ``memory_mb``, ``cpus``, ``accel``, ``forward_ports`` (default: the
+    serving port 8000), ``boot_timeout`` and ``name``; ssh targets accept ``identity_file``,
+    ``known_hosts``, ``strict_host_key_checking`` (default True), ``sudo``, ``sudo_password``
+    and ``connect_timeout``.
+    """
+    state_dir = Path(state_dir)
+    if target == "qemu:reference":
+        from vmtests.driver.qemu import QemuMachine  # noqa: PLC0415  (avoid import cycle)
+        from vmtests.guest.image import reference_image  # noqa: PLC0415
+
+        chosen = _pick(options, QEMU_OPTIONS, target)
+        image = reference_image()
+        return QemuMachine(
+            name=chosen.pop("name", "reference"),
+            state_dir=state_dir,
+            kernel=image.kernel,
+            initrd=image.initrd,
+            append=image.append,
+            base_disk=image.disk,
+            ssh_key=image.ssh_key,
+            forward_ports=tuple(chosen.pop("forward_ports", (SERVING_PORT,))),
+            **chosen,
+        )
+    if target.startswith("qemu-nixos:"):
+        from vmtests.driver.qemu import QemuMachine  # noqa: PLC0415
+
+        script = Path(target.removeprefix("qemu-nixos:")).expanduser()
+        if not script.is_file():
+            raise TargetError(f"{target}: no run-vm script at {script}")
+        chosen = _pick(options, QEMU_OPTIONS, target)
+        name = chosen.pop("name", None) or re.sub(r"^run-|-vm$", "", script.name) or "nixos"
+        return QemuMachine(
+            name=name,
+            state_dir=state_dir,
+            run_script=script.resolve(),
+            forward_ports=tuple(chosen.pop("forward_ports", (SERVING_PORT,))),
+            **chosen,
+        )
+    if target.startswith("ssh://"):
+        from vmtests.driver.ssh import SshMachine  # noqa: PLC0415
+
+        user, host, port = parse_ssh_target(target)
+        chosen = _pick(options, SSH_OPTIONS, target)
+        return SshMachine(host=host, port=port, user=user or "root", **chosen)
+    raise TargetError(
+        f"unknown target {target!r}: use qemu:reference, qemu-nixos:<run-vm script> "
+        "or ssh://[user@]host[:port]"
+    )

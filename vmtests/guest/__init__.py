@@ -1,0 +1,1 @@
+"""The reference guest and the instrumentation contract every guest follows."""

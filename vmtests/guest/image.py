@@ -1,0 +1,341 @@
+"""The reference guest: a Debian bookworm image that follows the instrumentation contract.
+
+Built with ``mmdebstrap --mode=root`` and ``mkfs.ext4 -d`` (no loop mounts), cached under
+``~/.cache/vmtests/images/<hash>`` where the hash covers every input: the package list, suite,
+mirror, the suite's ssh public key and the source of this module and of the contract. A warm
+start only hashes those inputs; any change to them builds a new image. Builds are serialised by
+a file lock (several pytest processes may ask at once) and made atomic by building in a
+temporary directory that is renamed into place.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import inspect
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vmtests.driver.errors import DriverError
+from vmtests.driver.log import log
+from vmtests.guest import contract
+
+if TYPE_CHECKING:
+    from vmtests.driver.qemu import QemuMachine
+
+SUITE = "bookworm"
+PACKAGES = (
+    "systemd-sysv",
+    "udev",
+    "linux-image-cloud-amd64",
+    "initramfs-tools",
+    "python3",
+    "iproute2",
+    "openssh-server",
+    "procps",
+    "ca-certificates",
+    "curl",
+    "sudo",  # the ssh backend's sudo mode is tested against the reference guest
+)
+DISK_SIZE = "3G"
+HOSTNAME = "reference"
+KERNEL_APPEND = f"root=/dev/vda rw console={contract.SERIAL_DEVICE} net.ifnames=0"
+BUILD_TIMEOUT = 1800.0
+KEEP_IMAGES = 3
+BOOT_TIME_MASKS = (
+    # Units that only cost boot time in a throwaway test guest (TCG makes every unit count).
+    "e2scrub_reap.service",
+    "e2scrub_all.timer",
+    "fstrim.timer",
+    "apt-daily.timer",
+    "apt-daily-upgrade.timer",
+    "getty-static.service",
+    "getty@tty1.service",
+    "systemd-binfmt.service",
+)
+
+
+@dataclass(frozen=True)
+class ReferenceImage:
+    """A built reference guest: where its parts are and how to boot it."""
+
+    directory: Path
+    kernel: Path
+    initrd: Path
+    disk: Path
+    ssh_key: Path
+    append: str
+    build_seconds: float
+
+    @property
+    def ssh_public_key(self) -> str:
+        """The public half of ``ssh_key`` (authorised for root in the guest)."""
+        return Path(f"{self.ssh_key}.pub").read_text().strip()
+
+
+def cache_dir() -> Path:
+    """The suite's cache directory (``$VMTESTS_CACHE_DIR`` or ``$XDG_CACHE_HOME/vmtests``)."""
+    explicit = os.environ.get("VMTESTS_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "vmtests"
+
+
+def mirror() -> str:
+    """The Debian mirror used for the build (``$VMTESTS_DEBIAN_MIRROR`` overrides)."""
+    return os.environ.get("VMTESTS_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+
+
+@contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` while the block runs."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def suite_ssh_key() -> Path:
+    """The suite's ed25519 key (generated once, then reused); authorised for root in guests."""
+    key = cache_dir() / "ssh" / "id_ed25519"
+    with _file_lock(key.parent / ".lock"):
+        if not key.exists():
+            tmp = key.with_name(f"tmp-{os.getpid()}")
+            for stale in (tmp, Path(f"{tmp}.pub")):
+                stale.unlink(missing_ok=True)
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "vmtests", "-f", str(tmp)],
+                check=True,
+                capture_output=True,
+            )
+            os.replace(f"{tmp}.pub", f"{key}.pub")
+            os.replace(tmp, key)
+    return key
+
+
+def _rendered_files(public_key: str) -> dict[str, str]:
+    """Files written into the rootfs: the contract's units and the guest's identity."""
+    backdoor_unit = f"""[Unit]
+Description=vmtests backdoor root shell on {contract.BACKDOOR_DEVICE}
+Requires=dev-{contract.SERIAL_DEVICE}.device
+After=dev-{contract.SERIAL_DEVICE}.device systemd-udevd.service
+
+[Service]
+ExecStart=/usr/local/libexec/vmtests-backdoor
+KillSignal=SIGHUP
+
+[Install]
+WantedBy=multi-user.target
+"""
+    return {
+        "usr/local/libexec/vmtests-backdoor": contract.backdoor_script("/bin/sh"),
+        f"etc/systemd/system/{contract.BACKDOOR_UNIT}": backdoor_unit,
+        "etc/systemd/journald.conf.d/vmtests.conf": (
+            f"[Journal]\nStorage={contract.JOURNAL_STORAGE}\n"
+        ),
+        # The host never waits for a network with a DHCP client: slirp's addresses are fixed.
+        "etc/systemd/network/10-vmtests.network": (
+            "[Match]\nName=eth0\n\n[Network]\nAddress=10.0.2.15/24\nGateway=10.0.2.2\n"
+            "DNS=10.0.2.3\n"
+        ),
+        "etc/ssh/sshd_config.d/vmtests.conf": "PermitRootLogin prohibit-password\nUseDNS no\n",
+        "root/.ssh/authorized_keys": public_key + "\n",
+        "etc/hostname": HOSTNAME + "\n",
+        "etc/hosts": f"127.0.0.1 localhost\n127.0.1.1 {HOSTNAME}\n",
+        "etc/fstab": "/dev/vda / ext4 rw,errors=remount-ro 0 1\n",
+    }
+
+
+def input_hash(public_key: str) -> str:
+    """Content hash of every input of the image build (the cache key)."""
+    digest = hashlib.sha256()
+    inputs = {
+        "suite": SUITE,
+        "packages": list(PACKAGES),
+        "mirror": mirror(),
+        "disk_size": DISK_SIZE,
+        "append": KERNEL_APPEND,
+        "files": _rendered_files(public_key),
+        "masks": list(BOOT_TIME_MASKS),
+    }
+    digest.update(json.dumps(inputs, sort_keys=True).encode())
+    # The builder's own code is an input too: changing how the image is made rebuilds it
+    # (but editing unrelated helpers in this module, e.g. start_reference_guest, does not).
+    for function in (_rendered_files, _customize, _build):
+        digest.update(inspect.getsource(function).encode())
+    digest.update(Path(contract.__file__).read_bytes())
+    digest.update(contract.CONTRACT_FILE.read_bytes())
+    return digest.hexdigest()[:20]
+
+
+def _run(command: Sequence[str], what: str, timeout: float = BUILD_TIMEOUT) -> None:
+    """Run a build step; raise ``DriverError`` with its output tail if it fails."""
+    with log.nested(what):
+        result = subprocess.run(
+            list(command), capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if result.returncode != 0:
+            tail = (result.stdout + result.stderr)[-4000:]
+            raise DriverError(f"{what} failed (rc={result.returncode}): {command}\n{tail}")
+
+
+def _customize(rootfs: Path, public_key: str) -> None:
+    """Install the contract's files and units into ``rootfs``."""
+    for relative, text in _rendered_files(public_key).items():
+        target = rootfs / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    (rootfs / "usr/local/libexec/vmtests-backdoor").chmod(0o755)
+    (rootfs / "root/.ssh").chmod(0o700)
+    (rootfs / "root/.ssh/authorized_keys").chmod(0o600)
+    (rootfs / "var/log/journal").mkdir(parents=True, exist_ok=True)
+    for unit in (*contract.MASKED_GETTYS, *BOOT_TIME_MASKS):
+        (rootfs / "etc/systemd/system" / unit).symlink_to("/dev/null")
+    _run(
+        [
+            "chroot",
+            str(rootfs),
+            "systemctl",
+            "enable",
+            contract.BACKDOOR_UNIT,
+            "systemd-networkd.service",
+            "ssh.service",
+        ],
+        "enabling the contract's units",
+    )
+
+
+def _build(directory: Path, public_key: str) -> None:
+    """Build the image into ``directory``: rootfs, kernel, initrd, disk."""
+    rootfs = directory / "rootfs"
+    _run(
+        [
+            "mmdebstrap",
+            "--mode=root",
+            "--variant=minbase",
+            "--include=" + ",".join(PACKAGES),
+            "--quiet",
+            SUITE,
+            str(rootfs),
+            f"deb {mirror()} {SUITE} main",
+        ],
+        f"mmdebstrap {SUITE} rootfs",
+    )
+    _customize(rootfs, public_key)
+    kernels = sorted((rootfs / "boot").glob("vmlinuz-*"))
+    initrds = sorted((rootfs / "boot").glob("initrd.img-*"))
+    if not kernels or not initrds:
+        raise DriverError(f"no kernel/initrd in {rootfs}/boot after mmdebstrap")
+    shutil.copy2(kernels[-1], directory / "vmlinuz")
+    shutil.copy2(initrds[-1], directory / "initrd.img")
+    disk = str(directory / "disk.raw")
+    _run(
+        ["mkfs.ext4", "-q", "-F", "-L", "vmtests-root", "-d", str(rootfs), disk, DISK_SIZE],
+        "mkfs.ext4 -d rootfs disk.raw",
+    )
+    shutil.rmtree(rootfs)
+
+
+def _prune(images: Path, keep: int) -> None:
+    """Delete all but the ``keep`` newest cached images (each input change adds one).
+
+    Guests already running from a pruned image keep working: QEMU holds the file open.
+    """
+    built = sorted(
+        (path for path in images.iterdir() if (path / "manifest.json").exists()),
+        key=lambda path: (path / "manifest.json").stat().st_mtime,
+        reverse=True,
+    )
+    for stale in built[keep:]:
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def reference_image() -> ReferenceImage:
+    """Return the reference guest image, building it first if no cached copy matches."""
+    key = suite_ssh_key()
+    public_key = Path(f"{key}.pub").read_text().strip()
+    digest = input_hash(public_key)
+    images = cache_dir() / "images"
+    final = images / digest
+    manifest = final / "manifest.json"
+    if not manifest.exists():
+        with _file_lock(images / f".lock-{digest}"):
+            if not manifest.exists():  # another process may have built it while we waited
+                with log.nested(f"building the reference guest image {digest}"):
+                    tmp = images / f"tmp-{digest}-{os.getpid()}"
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    tmp.mkdir(parents=True)
+                    start = time.monotonic()
+                    try:
+                        _build(tmp, public_key)
+                        seconds = time.monotonic() - start
+                        data = {"hash": digest, "build_seconds": seconds, "append": KERNEL_APPEND}
+                        (tmp / "manifest.json").write_text(json.dumps(data, indent=2))
+                        os.replace(tmp, final)
+                    finally:
+                        shutil.rmtree(tmp, ignore_errors=True)
+                    _prune(images, keep=KEEP_IMAGES)
+    data = json.loads(manifest.read_text())
+    return ReferenceImage(
+        directory=final,
+        kernel=final / "vmlinuz",
+        initrd=final / "initrd.img",
+        disk=final / "disk.raw",
+        ssh_key=key,
+        append=str(data["append"]),
+        build_seconds=float(data["build_seconds"]),
+    )
+
+
+def start_reference_guest(
+    state_dir: Path,
+    *,
+    memory_mb: int = 1024,
+    forward_ports: Sequence[int] = (),
+    name: str = "reference",
+    accel: str | None = None,
+    image: ReferenceImage | None = None,
+    append_extra: str = "",
+    **options: Any,
+) -> QemuMachine:
+    """Boot a fresh reference guest with its own overlay in ``state_dir``; return it started.
+
+    ``forward_ports`` are guest TCP ports to forward from free host ports (ssh is always
+    forwarded); look them up with ``machine.forwarded_port(port)``. Other keyword ``options``
+    (``cpus``, ``boot_timeout``, ``kvm_probe_timeout``) go to ``QemuMachine``. The caller must
+    ``shutdown()``/``close()`` it (or use it as a context manager).
+    """
+    from vmtests.driver.qemu import QemuMachine  # noqa: PLC0415  (qemu imports this module)
+
+    image = image or reference_image()
+    machine = QemuMachine(
+        name=name,
+        state_dir=state_dir,
+        kernel=image.kernel,
+        initrd=image.initrd,
+        append=(image.append + " " + append_extra).strip(),
+        base_disk=image.disk,
+        memory_mb=memory_mb,
+        forward_ports=tuple(forward_ports),
+        ssh_key=image.ssh_key,
+        accel=accel,
+        **options,
+    )
+    try:
+        machine.start()
+    except BaseException:
+        machine.close()
+        raise
+    return machine

@@ -1,0 +1,241 @@
+"""Reports of a scenario run: JSON, JUnit XML, a Markdown summary and the console log per boot.
+
+Every file is written atomically (a temporary file in the same directory, then ``os.replace``),
+so a report dir never holds a half-written file, and callers write reports in ``finally`` so
+that a failed or interrupted run keeps its evidence. Snapshots are already redacted; free text
+(messages, errors) is redacted again here on the way out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from vmtests.scenario.checks import profile_rows
+from vmtests.scenario.controls import ControlOutcome
+from vmtests.scenario.redact import redact_text
+from vmtests.scenario.results import CheckResult
+from vmtests.scenario.scenario import ScenarioResult
+
+STAGES = ("S0", "S1", "S2")
+TIMING_GROUPS = {
+    "boot": ("boot",),
+    "switch": ("prepare base", "switch"),
+    "reboot": ("reboot",),
+    "snapshots": ("snapshot S0", "snapshot S1", "snapshot S2"),
+    "checks": ("checks S0", "checks S1", "checks S2", "compare S1/S2"),
+}
+
+
+class ConsoleCapture(Protocol):
+    """What a QEMU machine offers: the serial console log of each boot."""
+
+    @property
+    def boot_index(self) -> int:
+        """Index of the running boot."""
+
+    def console_log(self, boot_index: int) -> Path:
+        """Path of the console log of boot ``boot_index``."""
+
+
+def write_atomic(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically; return ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def timing_breakdown(result: ScenarioResult) -> dict[str, float]:
+    """Wall time per step group (boot, switch, reboot, snapshots, checks) and the driver's share."""
+    groups = {
+        group: round(sum(result.steps.get(step, 0.0) for step in steps), 3)
+        for group, steps in TIMING_GROUPS.items()
+    }
+    wall = result.wall_seconds
+    groups["total"] = round(wall, 3)
+    groups["driver"] = round(result.meter.total_seconds, 3)
+    groups["driver_share"] = round(result.meter.total_seconds / wall, 3) if wall else 0.0
+    groups["driver_overhead_estimate"] = round(result.meter.overhead_estimate(), 3)
+    return groups
+
+
+def scenario_data(result: ScenarioResult) -> dict[str, Any]:
+    """The JSON document of one scenario run."""
+    return {
+        "profile": result.profile.name,
+        "profile_source": str(result.profile.source),
+        "target": result.target,
+        "switch": result.switch,
+        "status": result.status,
+        "ok": result.ok,
+        "error": redact_text(result.error),
+        "steps": {name: round(seconds, 3) for name, seconds in result.steps.items()},
+        "timings": timing_breakdown(result),
+        "driver": result.meter.to_dict(),
+        "checks": [_redacted(check) for check in result.checks],
+        "failures": [_redacted(check) for check in result.failures],
+        "diffs": [{"field": d.field, "S1": d.before, "S2": d.after} for d in result.diffs],
+        "snapshots": {label: snap.to_dict() for label, snap in result.snapshots.items()},
+        "console_logs": result.console_logs,
+    }
+
+
+def _redacted(check: CheckResult) -> dict[str, Any]:
+    data = check.to_dict()
+    data["message"] = redact_text(check.message)
+    return data
+
+
+def junit_xml(result: ScenarioResult, controls: Sequence[ControlOutcome] = ()) -> str:
+    """JUnit XML: one test case per check result and per negative control."""
+    suite = ET.Element("testsuite", name=f"vmtests.scenario.{result.profile.name}")
+    failures = 0
+    for check in result.checks:
+        case = ET.SubElement(
+            suite, "testcase", classname=f"{check.stage}.{check.check}", name=check.subject
+        )
+        if check.failed:
+            failures += 1
+            ET.SubElement(
+                case, "failure", message=redact_text(check.message)[:500]
+            ).text = redact_text(check.message)
+        elif not check.ok:
+            ET.SubElement(case, "system-out").text = "informational: " + check.message
+    for outcome in controls:
+        case = ET.SubElement(suite, "testcase", classname="negative-control", name=outcome.name)
+        if not outcome.detected:
+            failures += 1
+            ET.SubElement(case, "failure", message=f"{outcome.name} was not detected")
+        else:
+            ET.SubElement(case, "system-out").text = redact_text(outcome.message)
+    if result.error:
+        case = ET.SubElement(suite, "testcase", classname="scenario", name="run")
+        ET.SubElement(case, "error", message=redact_text(result.error)[:500])
+    suite.set("tests", str(len(suite)))
+    suite.set("failures", str(failures))
+    suite.set("errors", "1" if result.error else "0")
+    suite.set("time", f"{result.wall_seconds:.3f}")
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True)
+
+
+def _cell(results: list[CheckResult]) -> str:
+    if not results:
+        return "-"
+    return "pass" if all(r.ok for r in results) else "FAIL"
+
+
+def markdown_summary(result: ScenarioResult, controls: Sequence[ControlOutcome] = ()) -> str:
+    """A human-readable summary: expectations x S0/S1/S2, other failures, diffs, timings."""
+    verdict = "PASSED" if result.ok else f"FAILED ({result.status})"
+    lines = [
+        f"# vmtests persistence scenario: {result.profile.name} on {result.target}: {verdict}",
+        "",
+        f"Switch: {result.switch}",
+        "",
+        "S0 is the base boot (the target profile is not expected to hold there), S1 is after "
+        "the switch, S2 after the reboot.",
+        "",
+        "| expectation | S0 | S1 | S2 |",
+        "| --- | --- | --- | --- |",
+    ]
+    by_key: dict[tuple[str, str, str], list[CheckResult]] = {}
+    for check in result.checks:
+        by_key.setdefault((check.stage, check.check, check.subject), []).append(check)
+    for row in profile_rows(result.profile):
+        cells = [_cell(by_key.get((stage, row.check, row.subject), [])) for stage in STAGES]
+        lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
+    lines += ["", "## Failed checks", ""]
+    lines += [f"- {redact_text(str(check))}" for check in result.failures] or ["- none"]
+    if result.error:
+        lines += ["", f"**Run error:** {redact_text(result.error)}"]
+    lines += ["", "## S1 / S2 differences in durable fields", ""]
+    lines += [f"- `{d.field}`: S1 `{d.before!r}` / S2 `{d.after!r}`" for d in result.diffs] or [
+        "- none"
+    ]
+    timings = timing_breakdown(result)
+    lines += ["", "## Wall time by step", "", "| step | seconds |", "| --- | --- |"]
+    lines += [f"| {name} | {value} |" for name, value in timings.items()]
+    if controls:
+        lines += ["", *detection_table(controls)]
+    return "\n".join(lines) + "\n"
+
+
+def detection_table(controls: Sequence[ControlOutcome]) -> list[str]:
+    """The negative controls' detection table as Markdown lines."""
+    lines = [
+        "## Negative controls",
+        "",
+        "| control | detected | check | message |",
+        "| --- | --- | --- | --- |",
+    ]
+    for outcome in controls:
+        message = redact_text(outcome.message).replace("|", "\\|")
+        detected = "yes" if outcome.detected else "**NO**"
+        lines.append(f"| {outcome.name} | {detected} | {outcome.check} | {message} |")
+    return lines
+
+
+def copy_console_logs(machine: object, directory: Path) -> list[str]:
+    """Copy the serial console log of every boot of ``machine`` (if it has them)."""
+    inner = getattr(machine, "inner", machine)
+    if not hasattr(inner, "console_log") or not hasattr(inner, "boot_index"):
+        return []
+    capture: ConsoleCapture = inner
+    copied: list[str] = []
+    for index in range(capture.boot_index + 1):
+        source = capture.console_log(index)
+        if source.exists():
+            destination = directory / f"console-boot-{index}.log"
+            directory.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, destination)
+            copied.append(destination.name)
+    return copied
+
+
+def write_scenario_report(
+    result: ScenarioResult,
+    directory: Path,
+    machine: object | None = None,
+    controls: Sequence[ControlOutcome] = (),
+) -> dict[str, Path]:
+    """Write report.json, junit.xml, summary.md and the console logs into ``directory``."""
+    if machine is not None:
+        result.console_logs = copy_console_logs(machine, directory)
+    data = scenario_data(result)
+    if controls:
+        data["controls"] = [outcome.to_dict() for outcome in controls]
+    return {
+        "json": write_atomic(directory / "report.json", json.dumps(data, indent=2, default=str)),
+        "junit": write_atomic(directory / "junit.xml", junit_xml(result, controls)),
+        "markdown": write_atomic(directory / "summary.md", markdown_summary(result, controls)),
+    }
+
+
+def write_controls_report(
+    controls: Sequence[ControlOutcome], false_alarms: Sequence[CheckResult], directory: Path
+) -> dict[str, Path]:
+    """Write the negative controls' JSON and Markdown (detection table and false alarms)."""
+    data = {
+        "controls": [outcome.to_dict() for outcome in controls],
+        "false_alarms": [_redacted(check) for check in false_alarms],
+        "all_detected": all(outcome.detected for outcome in controls),
+    }
+    lines = [*detection_table(controls), "", "## False alarms on the correct configuration", ""]
+    lines += [f"- {redact_text(str(check))}" for check in false_alarms] or ["- none"]
+    return {
+        "json": write_atomic(directory / "controls.json", json.dumps(data, indent=2)),
+        "markdown": write_atomic(directory / "controls.md", "\n".join(lines) + "\n"),
+    }

@@ -1,0 +1,330 @@
+"""Take a ``Snapshot`` over any ``Machine`` with one shell script and one round trip.
+
+The script only needs POSIX sh, coreutils, systemd, curl and (optionally) iproute2's ``ss``,
+all present on the reference guest, NixOS and the P150 hosts. Each part of the output starts
+with a section marker; binary or multi-line data (``/proc/<pid>/cmdline``, unit files) travels
+base64-encoded so that nothing in it can be mistaken for a marker.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from vmtests.driver.machine import Machine
+from vmtests.scenario.redact import redact_argv, redact_environment, redact_text
+from vmtests.scenario.snapshot import (
+    DEFAULT_PORT,
+    HUGEPAGES_UNIT,
+    SERVING_UNIT,
+    Endpoint,
+    HugepageState,
+    JournalLine,
+    ProcessState,
+    Snapshot,
+    UnitState,
+)
+
+MARK = "@@vmtests-section "
+FILE_MARK = "@@vmtests-file "
+SNAPSHOT_TIMEOUT = 120.0
+JOURNAL_MAX_LINES = 20000
+UNIT_PROPERTIES = (
+    "ActiveState,SubState,Result,MainPID,InvocationID,FragmentPath,DropInPaths,ExecStart,"
+    "NeedDaemonReload,UnitFileState,LoadState,ControlGroup,TimeoutStopUSec,KillSignal,WantedBy"
+)
+HUGEPAGE_UNIT_PROPERTIES = (
+    "LoadState,UnitFileState,ActiveState,Result,FragmentPath,DropInPaths,WantedBy,NeedDaemonReload"
+)
+JOURNAL_FIELDS = "MESSAGE,_BOOT_ID,_SYSTEMD_INVOCATION_ID,INVOCATION_ID"
+
+_SCRIPT = r"""
+unit=$1; port=$2; hpunit=$3; container=$4; nlines=$5
+sec() { printf '\n@@vmtests-section %s\n' "$1"; }
+proc() {  # pid: argv, environment and cgroup of one process, base64
+  [ -r "/proc/$1/cmdline" ] || return 0
+  echo "pid $1"
+  echo "cmdline $(base64 -w0 < /proc/$1/cmdline)"
+  echo "environ $(base64 -w0 < /proc/$1/environ 2>/dev/null)"
+  echo "cgroup $(base64 -w0 < /proc/$1/cgroup)"
+}
+files() {  # unit: FragmentPath and DropInPaths, contents base64
+  for f in $(systemctl show -p FragmentPath,DropInPaths --value "$1"); do
+    [ -f "$f" ] && printf '@@vmtests-file %s %s\n' "$f" "$(base64 -w0 < "$f")"
+  done
+}
+sec boot_id; cat /proc/sys/kernel/random/boot_id
+sec cmdline; cat /proc/cmdline
+sec unit; systemctl show -p "$UNITPROPS" "$unit"
+sec unit_env; systemctl show -p Environment --value "$unit" | base64 -w0
+sec unit_files; files "$unit"
+sec manager_env; systemctl show-environment
+pid=$(systemctl show -p MainPID --value "$unit")
+sec main_process; [ "${pid:-0}" != 0 ] && proc "$pid"
+sec listener
+lpid=$(ss -ltnpH "sport = :$port" 2>/dev/null | sed -n 's/.*pid=\([0-9]*\).*/\1/p' | head -n1)
+[ -n "$lpid" ] && proc "$lpid"
+sec journal
+journalctl --no-pager -b 0 -u "$unit" -o json --output-fields="$JFIELDS" 2>/dev/null \
+  | tail -n "$nlines"
+sec earlier_journal
+journalctl --no-pager -b -1 -u "$unit" -o json --output-fields="$JFIELDS" 2>/dev/null \
+  | tail -n "$nlines"
+sec health
+curl -sS -m 10 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health" 2>&1
+sec models
+curl -sS -m 10 -w '\n%{http_code}' "http://127.0.0.1:$port/v1/models" 2>&1
+sec meminfo; grep -i huge /proc/meminfo
+sec hugepage_pools
+for d in /sys/kernel/mm/hugepages/hugepages-*kB; do
+  [ -r "$d/nr_hugepages" ] && echo "${d##*hugepages-} $(cat "$d/nr_hugepages")"
+done
+sec hugepage_unit; systemctl show -p "$HPPROPS" "$hpunit"
+sec hugepage_unit_files; files "$hpunit"
+sec sysctl
+grep -rsH nr_hugepages /etc/sysctl.conf /etc/sysctl.d /run/sysctl.d /usr/lib/sysctl.d \
+  /lib/sysctl.d 2>/dev/null
+sec generations
+for p in /run/current-system /run/booted-system /nix/var/nix/profiles/system; do
+  [ -e "$p" ] && echo "$p $(readlink -f "$p")"
+done
+sec container
+if [ -n "$container" ]; then
+  docker inspect "$container" 2>&1 || podman inspect "$container" 2>&1
+fi
+sec end
+"""
+
+
+def snapshot_command(unit: str, port: int, hugepages_unit: str, container: str | None) -> str:
+    """The shell command that prints every section of a snapshot."""
+    variables = (
+        f"UNITPROPS={shlex.quote(UNIT_PROPERTIES)} "
+        f"HPPROPS={shlex.quote(HUGEPAGE_UNIT_PROPERTIES)} "
+        f"JFIELDS={shlex.quote(JOURNAL_FIELDS)}"
+    )
+    arguments = " ".join(
+        shlex.quote(str(value))
+        for value in (unit, port, hugepages_unit, container or "", JOURNAL_MAX_LINES)
+    )
+    return f"{variables} sh -c {shlex.quote(_SCRIPT)} vmtests-snapshot {arguments}"
+
+
+def take_snapshot(
+    machine: Machine,
+    label: str,
+    *,
+    unit: str = SERVING_UNIT,
+    port: int = DEFAULT_PORT,
+    hugepages_unit: str = HUGEPAGES_UNIT,
+    container: str | None = None,
+    timeout: float = SNAPSHOT_TIMEOUT,
+) -> Snapshot:
+    """Record the live state of ``unit`` on ``machine`` as snapshot ``label`` (S0, S1, S2...).
+
+    ``container`` names a docker/podman container whose ``inspect`` gives the serving
+    process's argv and environment; without it the unit's MainPID is the serving process.
+    """
+    start = time.monotonic()
+    result = machine.execute(snapshot_command(unit, port, hugepages_unit, container), timeout)
+    snapshot = parse_snapshot(result.stdout_text, label, unit, port, hugepages_unit)
+    if result.rc != 0:
+        snapshot.errors.append(f"snapshot script exited {result.rc}: {result.stderr_text[-500:]}")
+    snapshot.seconds = time.monotonic() - start
+    return snapshot
+
+
+def split_sections(output: str) -> dict[str, str]:
+    """Split the script's output into ``{section: text}``."""
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in output.splitlines():
+        if line.startswith(MARK):
+            current = sections.setdefault(line[len(MARK) :].strip(), [])
+        elif current is not None:
+            current.append(line)
+    return {name: "\n".join(lines).strip("\n") for name, lines in sections.items()}
+
+
+def parse_snapshot(
+    output: str,
+    label: str,
+    unit: str = SERVING_UNIT,
+    port: int = DEFAULT_PORT,
+    hugepages_unit: str = HUGEPAGES_UNIT,
+) -> Snapshot:
+    """Build a (redacted) ``Snapshot`` from the snapshot script's output."""
+    sections = split_sections(output)
+    snapshot = Snapshot(label=label, port=port)
+    if "end" not in sections:
+        snapshot.errors.append("snapshot output is truncated (no end marker)")
+    snapshot.boot_id = sections.get("boot_id", "").strip()
+    snapshot.kernel_cmdline = redact_text(sections.get("cmdline", "").strip())
+    snapshot.unit = UnitState(
+        name=unit,
+        properties=_properties(sections.get("unit", "")),
+        files=_files(sections.get("unit_files", "")),
+        environment=redact_environment(
+            _environment_words(_b64(sections.get("unit_env", "")).strip())
+        ),
+    )
+    snapshot.unit.properties["ExecStart"] = redact_text(snapshot.unit.prop("ExecStart"))
+    snapshot.manager_environment = redact_environment(
+        _assignments(sections.get("manager_env", "").splitlines())
+    )
+    snapshot.process = _process(sections.get("main_process", ""), "main-pid")
+    snapshot.listener = _process(sections.get("listener", ""), "listener")
+    snapshot.journal = list(_journal(sections.get("journal", "")))
+    snapshot.earlier_journal = list(_journal(sections.get("earlier_journal", "")))
+    snapshot.health = _endpoint(f"http://127.0.0.1:{port}/health", sections.get("health", ""))
+    snapshot.models = _endpoint(
+        f"http://127.0.0.1:{port}/v1/models", sections.get("models", ""), with_body=True
+    )
+    snapshot.hugepages = HugepageState(
+        pools=_pools(sections.get("hugepage_pools", "")),
+        meminfo=_meminfo(sections.get("meminfo", "")),
+        unit=UnitState(
+            name=hugepages_unit,
+            properties=_properties(sections.get("hugepage_unit", "")),
+            files=_files(sections.get("hugepage_unit_files", "")),
+        ),
+        sysctl_lines=[line for line in sections.get("sysctl", "").splitlines() if line.strip()],
+    )
+    snapshot.generations = dict(
+        line.split(" ", 1) for line in sections.get("generations", "").splitlines() if " " in line
+    )
+    container_text = sections.get("container", "").strip()
+    if container_text:
+        snapshot.container, snapshot.process = _container(container_text, snapshot.errors)
+    return snapshot
+
+
+# ---- section parsers -------------------------------------------------------------------------
+
+
+def _b64(text: str) -> str:
+    try:
+        return base64.b64decode(text.strip(), validate=False).decode("utf-8", errors="replace")
+    except ValueError:
+        return ""
+
+
+def _properties(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def _assignments(items: list[str]) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in items if "=" in item)
+
+
+def _environment_words(text: str) -> dict[str, str]:
+    """systemd prints ``Environment=`` as shell-style words: ``A=1 "B=two words"``."""
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        words = text.split()
+    return _assignments(words)
+
+
+def _files(text: str) -> dict[str, str]:
+    files: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith(FILE_MARK):
+            path, _, encoded = line[len(FILE_MARK) :].partition(" ")
+            files[path] = redact_text(_b64(encoded))
+    return files
+
+
+def _process(text: str, origin: str) -> ProcessState | None:
+    fields = dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
+    if not fields.get("pid", "").isdigit():
+        return None
+    argv = [part for part in _b64(fields.get("cmdline", "")).split("\0") if part]
+    environ = _assignments([part for part in _b64(fields.get("environ", "")).split("\0") if part])
+    return ProcessState(
+        origin=origin,
+        pid=int(fields["pid"]),
+        argv=redact_argv(argv),
+        environment=redact_environment(environ),
+        cgroup=_b64(fields.get("cgroup", "")).strip(),
+    )
+
+
+def _journal(text: str) -> Iterator[JournalLine]:
+    for raw in text.splitlines():
+        try:
+            entry = json.loads(raw)
+        except json.JSONDecodeError:
+            continue
+        message = entry.get("MESSAGE", "")
+        if isinstance(message, list):  # journald sends non-UTF-8 messages as byte arrays
+            message = bytes(message).decode("utf-8", errors="replace")
+        yield JournalLine(
+            message=redact_text(str(message)),
+            boot_id=_dashed_uuid(str(entry.get("_BOOT_ID", ""))),
+            invocation_id=str(
+                entry.get("_SYSTEMD_INVOCATION_ID") or entry.get("INVOCATION_ID") or ""
+            ),
+            timestamp_us=int(entry.get("__REALTIME_TIMESTAMP", 0) or 0),
+        )
+
+
+def _dashed_uuid(text: str) -> str:
+    """journald prints boot IDs as 32 hex digits; /proc as a dashed UUID. Use the latter."""
+    if len(text) != 32:
+        return text
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
+def _endpoint(url: str, text: str, with_body: bool = False) -> Endpoint:
+    body, _, status = text.rpartition("\n") if with_body else ("", "", text.strip())
+    status = status.strip()
+    if status.isdigit() and status != "000":
+        return Endpoint(url, int(status), redact_text(body))
+    return Endpoint(url, None, "", redact_text(text.strip()) or "no answer")
+
+
+def _meminfo(text: str) -> dict[str, str]:
+    return {
+        key.strip(): value.strip()
+        for key, _, value in (line.partition(":") for line in text.splitlines())
+        if value
+    }
+
+
+def _pools(text: str) -> dict[int, int]:
+    pools: dict[int, int] = {}
+    for line in text.splitlines():
+        size, _, count = line.partition(" ")
+        size = size.removesuffix("kB")
+        if size.isdigit() and count.strip().isdigit():
+            pools[int(size)] = int(count.strip())
+    return pools
+
+
+def _container(text: str, errors: list[str]) -> tuple[dict[str, Any] | None, ProcessState | None]:
+    """docker/podman inspect: the container's Args, Env, State and StopTimeout."""
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError:
+        errors.append(f"container inspect failed: {redact_text(text[-500:])}")
+        return None, None
+    data: dict[str, Any] = parsed[0] if isinstance(parsed, list) and parsed else {}
+    config: dict[str, Any] = data.get("Config") or {}
+    state: dict[str, Any] = data.get("State") or {}
+    environment = redact_environment(_assignments(list(config.get("Env") or [])))
+    argv = redact_argv([str(arg) for arg in data.get("Args") or []])
+    summary = {
+        "name": data.get("Name", ""),
+        "image": config.get("Image", ""),
+        "args": argv,
+        "env": environment,
+        "state": {key: state.get(key) for key in ("Status", "Running", "Pid", "StartedAt")},
+        "stop_timeout": config.get("StopTimeout"),
+    }
+    pid = int(state.get("Pid") or 0)
+    return summary, ProcessState("container", pid, argv, environment, "")

@@ -1,0 +1,363 @@
+"""Negative controls: real ways a configuration fails to persist, each of which must be caught.
+
+Every control starts from the correct target configuration (installed by the reference switch),
+applies one real mechanism on the reference guest (a ``/run`` drop-in, ``systemctl
+set-environment``, a hand-started server, ...), snapshots the machine (after a reboot when the
+failure only shows then) and runs the ordinary checks. A control is *detected* when a failing
+result of its expected check carries its expected message. The correct configuration itself
+must produce no failure at all (no false alarms).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from vmtests.driver.errors import DriverError
+from vmtests.driver.log import log
+from vmtests.driver.machine import Machine
+from vmtests.scenario.collect import take_snapshot
+from vmtests.scenario.reference_switch import (
+    UNIT_DIR,
+    ReferenceSwitch,
+    ServingConfig,
+    hugepages_path,
+    install_units,
+    render_serving_unit,
+    systemd_quote,
+    wait_ready,
+    write_file,
+)
+from vmtests.scenario.results import CheckResult
+from vmtests.scenario.scenario import evaluate_stage
+from vmtests.scenario.snapshot import HUGEPAGES_UNIT, SERVING_UNIT
+from vmtests.stub.features import ENV_FEATURES, banner_text, env_name
+from vmtests.stub.guest_install import GUEST_PYTHONPATH
+
+RUNTIME_DROP_IN_DIR = f"/run/systemd/system/{SERVING_UNIT}.d"
+DURABLE_DROP_IN_DIR = f"{UNIT_DIR}/{SERVING_UNIT}.d"
+HAND_PID_FILE = "/run/vmtests-hand-serving.pid"
+VENDOR_UNIT_DIR = "/usr/lib/systemd/system"
+SETTLE_TIMEOUT = 120.0
+
+Apply = Callable[[Machine, ReferenceSwitch], None]
+
+
+@dataclass(frozen=True)
+class Control:
+    """One negative control: the mechanism, and the check and message that must catch it."""
+
+    name: str
+    mechanism: str
+    check: str
+    message: re.Pattern[str]
+    apply: Apply
+    reboot: bool = False
+    settle: bool = True  # wait for the unit and /health after applying (False: unit stopped)
+
+
+@dataclass
+class ControlOutcome:
+    """What happened when a control was applied: detected or not, and by which message."""
+
+    name: str
+    mechanism: str
+    check: str
+    detected: bool
+    message: str
+    failures: list[CheckResult] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-serialisable form."""
+        return {
+            "name": self.name,
+            "mechanism": self.mechanism,
+            "check": self.check,
+            "detected": self.detected,
+            "message": self.message,
+            "failures": [failure.to_dict() for failure in self.failures],
+            "seconds": round(self.seconds, 2),
+        }
+
+
+# ---- mechanisms ------------------------------------------------------------------------------
+
+
+def _feature_free(switch: ReferenceSwitch) -> ServingConfig:
+    """The target's units with the base's argv, environment and banner (hugepages kept)."""
+    base = switch.base
+    return replace(switch.target, args=base.args, environment=base.environment, banner=base.banner)
+
+
+def _restart(machine: Machine) -> None:
+    machine.succeed(f"systemctl daemon-reload && systemctl restart {SERVING_UNIT}", timeout=120)
+
+
+def _exec_lines(config: ServingConfig) -> list[str]:
+    """The ExecStart/ExecStartPre/Environment lines of ``config``'s serving unit."""
+    keep = ("ExecStart=", "ExecStartPre=", "Environment=")
+    return [line for line in render_serving_unit(config).splitlines() if line.startswith(keep)]
+
+
+def runtime_drop_in(machine: Machine, switch: ReferenceSwitch) -> None:
+    """The durable unit lacks the features; a drop-in under /run adds them (lost at reboot)."""
+    install_units(machine, _feature_free(switch), wait=False)
+    lines = ["[Service]", "ExecStartPre=", "ExecStart=", *_exec_lines(switch.target), ""]
+    write_file(machine, f"{RUNTIME_DROP_IN_DIR}/50-validated.conf", "\n".join(lines))
+    _restart(machine)
+
+
+def manager_environment(machine: Machine, switch: ReferenceSwitch) -> None:
+    """The unit lacks the feature variables; ``systemctl set-environment`` supplies them."""
+    names = [env_name(feature) for feature in ENV_FEATURES]
+    install_units(machine, switch.target.without_env(*names), wait=False)
+    assignments = [f"{k}={v}" for k, v in switch.target.environment.items() if k in names]
+    machine.succeed("systemctl set-environment " + " ".join(map(shlex.quote, assignments)))
+    _restart(machine)
+
+
+def not_restarted(machine: Machine, switch: ReferenceSwitch) -> None:
+    """The unit file is switched and reloaded, but the running service is not restarted."""
+    install_units(machine, _feature_free(switch))
+    install_units(machine, switch.target, restart=False)
+
+
+def not_reloaded(machine: Machine, switch: ReferenceSwitch) -> None:
+    """The unit file is switched on disk, without daemon-reload and without a restart."""
+    install_units(machine, _feature_free(switch))
+    install_units(machine, switch.target, reload=False)
+
+
+def lying_banner(machine: Machine, switch: ReferenceSwitch) -> None:
+    """A durable drop-in prints the SDPA streaming banner; the environment lacks the switch."""
+    install_units(machine, switch.target.without_env(env_name("sdpaStreaming")), wait=False)
+    echo = f"ExecStartPre=/bin/echo {systemd_quote(banner_text('sdpaStreaming'))}"
+    write_file(machine, f"{DURABLE_DROP_IN_DIR}/50-banner.conf", f"[Service]\n{echo}\n")
+    _restart(machine)
+
+
+def runtime_hugepages(machine: Machine, switch: ReferenceSwitch) -> None:
+    """No boot-time hugepage unit; the pages are written to sysfs at runtime."""
+    install_units(machine, replace(switch.target, hugepages=None))
+    hugepages = switch.target.hugepages or {"count": 2, "sizeKiB": 1048576}
+    path = hugepages_path(int(str(hugepages["sizeKiB"])))
+    machine.succeed(f"echo {hugepages['count']} > {path}")
+
+
+def masked_hugepage_unit(machine: Machine, switch: ReferenceSwitch) -> None:
+    """The boot-time hugepage unit, installed as a package would, is masked in /etc.
+
+    ``systemctl mask`` refuses a unit whose file is in /etc itself, so the unit first moves to
+    the vendor directory (where distribution packages install it); pages stay reserved now.
+    """
+    del switch
+    machine.succeed(
+        f"mv {UNIT_DIR}/{HUGEPAGES_UNIT} {VENDOR_UNIT_DIR}/ && systemctl daemon-reload && "
+        f"systemctl mask {HUGEPAGES_UNIT} 2>&1"
+    )
+
+
+def not_enabled(machine: Machine, switch: ReferenceSwitch) -> None:
+    """The serving unit runs now but is disabled: nothing starts it at the next boot."""
+    del switch
+    machine.succeed(f"systemctl disable {SERVING_UNIT} 2>&1")
+
+
+def hand_started(machine: Machine, switch: ReferenceSwitch) -> None:
+    """The unit is stopped and the validated server is started by hand, outside systemd."""
+    target = switch.target
+    machine.succeed(f"systemctl stop {SERVING_UNIT}", timeout=120)
+    environment = {"PYTHONPATH": GUEST_PYTHONPATH, **target.environment}
+    command = " ".join(
+        [
+            "env",
+            *(shlex.quote(f"{k}={v}") for k, v in environment.items()),
+            "setsid nohup python3 -m vmtests.stub.server",
+            *map(shlex.quote, target.args),
+        ]
+    )
+    machine.succeed(
+        f"{command} > /var/log/vmtests-hand-serving.log 2>&1 < /dev/null & "
+        f"echo $! > {HAND_PID_FILE}"
+    )
+    machine.wait_until_succeeds(f"curl -sf -m 5 http://127.0.0.1:{target.port}/health", 120)
+
+
+def transient_unit(machine: Machine, switch: ReferenceSwitch) -> None:
+    """No durable unit: the server runs as a transient ``systemd-run`` unit under /run."""
+    target = switch.target
+    machine.succeed(
+        f"systemctl disable --now {SERVING_UNIT} 2>&1; rm -f {UNIT_DIR}/{SERVING_UNIT}; "
+        "systemctl daemon-reload",
+        timeout=120,
+    )
+    environment = {"PYTHONPATH": GUEST_PYTHONPATH, **target.environment}
+    machine.succeed(
+        f"systemd-run --unit {SERVING_UNIT} "
+        + " ".join(f"-E {shlex.quote(f'{k}={v}')}" for k, v in environment.items())
+        + " /usr/bin/python3 -m vmtests.stub.server "
+        + " ".join(map(shlex.quote, target.args))
+    )
+
+
+CONTROLS: tuple[Control, ...] = (
+    Control(
+        "runtime drop-in",
+        f"validated flags and env only in {RUNTIME_DROP_IN_DIR}/50-validated.conf",
+        "source.runtime-drop-in",
+        re.compile(r"is runtime-only \(under /run\) and vanishes at reboot"),
+        runtime_drop_in,
+    ),
+    Control(
+        "stale banner after reboot",
+        "as above, then reboot: the banners exist only in the previous boot's journal",
+        "profile.banner",
+        re.compile(r"seen only in an earlier boot .*a stale banner does not count"),
+        runtime_drop_in,
+        reboot=True,
+    ),
+    Control(
+        "systemctl set-environment",
+        "feature variables only in the manager environment (systemctl set-environment)",
+        "source.manager-environment",
+        re.compile(r"systemctl set-environment\); it reaches the service only until"),
+        manager_environment,
+    ),
+    Control(
+        "unit changed, not restarted",
+        "target unit written and daemon-reloaded, service not restarted",
+        "source.not-restarted",
+        re.compile(r"but the unit's ExecStart is now .*was not restarted"),
+        not_restarted,
+    ),
+    Control(
+        "unit changed, not reloaded",
+        "target unit written to /etc, no daemon-reload, no restart",
+        "source.not-reloaded",
+        re.compile(r"NeedDaemonReload=yes"),
+        not_reloaded,
+    ),
+    Control(
+        "banner without its switch",
+        "a durable drop-in echoes the SDPA streaming banner; the env var is not set",
+        "consistency",
+        re.compile(r"claims sdpaStreaming is on, but the live argv/env do not turn it on"),
+        lying_banner,
+    ),
+    Control(
+        "hugepages written at runtime",
+        "no boot-time hugepage unit; nr_hugepages written by hand",
+        "source.hugepages",
+        re.compile(r"written at runtime and will be gone after a reboot"),
+        runtime_hugepages,
+    ),
+    Control(
+        "hugepage unit masked",
+        f"systemctl mask {HUGEPAGES_UNIT}",
+        "source.hugepages",
+        re.compile(r"is masked .*will not be reserved at the next boot"),
+        masked_hugepage_unit,
+    ),
+    Control(
+        "serving unit not enabled",
+        f"systemctl disable {SERVING_UNIT} (still running)",
+        "source.not-enabled",
+        re.compile(r"it will not start at the next boot"),
+        not_enabled,
+    ),
+    Control(
+        "server started by hand",
+        "unit stopped; the validated server started by hand with setsid nohup",
+        "source.outside-unit",
+        re.compile(r"started outside tenstorrent-serving\.service"),
+        hand_started,
+        settle=False,
+    ),
+    Control(
+        "transient unit",
+        "no durable unit; the server runs under systemd-run --unit (unit file under /run)",
+        "source.runtime-unit-file",
+        re.compile(r"runtime-only unit file under /run"),
+        transient_unit,
+    ),
+)
+
+
+# ---- running ---------------------------------------------------------------------------------
+
+
+def reset_to_target(machine: Machine, switch: ReferenceSwitch) -> None:
+    """Undo every control's mechanism and install the correct target configuration."""
+    names = " ".join(env_name(feature) for feature in ENV_FEATURES)
+    machine.succeed(
+        f"systemctl stop {SERVING_UNIT} 2>&1; "
+        f"if [ -s {HAND_PID_FILE} ]; then kill $(cat {HAND_PID_FILE}) 2>/dev/null; "
+        f"rm -f {HAND_PID_FILE}; fi; "
+        f"rm -rf {RUNTIME_DROP_IN_DIR} {DURABLE_DROP_IN_DIR} /run/systemd/system/{SERVING_UNIT}; "
+        f"systemctl unmask {HUGEPAGES_UNIT} 2>&1; rm -f {VENDOR_UNIT_DIR}/{HUGEPAGES_UNIT}; "
+        f"systemctl unset-environment {names}; "
+        "systemctl daemon-reload; true",
+        timeout=120,
+    )
+    machine.wait_until_succeeds(
+        f"! curl -s -m 2 -o /dev/null http://127.0.0.1:{switch.target.port}/health", 60
+    )
+    install_units(machine, switch.target)
+
+
+def evaluate_machine(machine: Machine, switch: ReferenceSwitch, label: str) -> list[CheckResult]:
+    """Snapshot the machine and run every single-snapshot check against the switch's profile."""
+    snapshot = take_snapshot(machine, label, port=switch.target.port)
+    return evaluate_stage(switch.profile, snapshot)
+
+
+def run_control(machine: Machine, switch: ReferenceSwitch, control: Control) -> ControlOutcome:
+    """Reset to the target, apply ``control``, (reboot,) check; report whether it was caught."""
+    start = time.monotonic()
+    with log.nested(f"negative control: {control.name}"):
+        reset_to_target(machine, switch)
+        control.apply(machine, switch)
+        label = "S1"
+        if control.reboot:
+            machine.reboot()
+            label = "S2"
+        # Let the server finish starting so that only the control's own fault shows.
+        try:
+            if control.settle:
+                wait_ready(machine, switch.target.port, SETTLE_TIMEOUT)
+        except DriverError as error:
+            log.warning(f"service not ready after applying the control: {error}")
+        results = evaluate_machine(machine, switch, label)
+        failures = [result for result in results if result.failed]
+        matches = [
+            f for f in failures if f.check == control.check and control.message.search(f.message)
+        ]
+        outcome = ControlOutcome(
+            control.name,
+            control.mechanism,
+            control.check,
+            bool(matches),
+            matches[0].message if matches else "NOT DETECTED",
+            failures,
+            time.monotonic() - start,
+        )
+        log.info(f"{'detected' if outcome.detected else 'NOT DETECTED'}: {outcome.message}")
+    return outcome
+
+
+def check_correct_configuration(machine: Machine, switch: ReferenceSwitch) -> list[CheckResult]:
+    """Install the correct target and return every failing result (false alarms)."""
+    with log.nested(f"correct configuration of {switch.profile.name}: expecting no alarm"):
+        reset_to_target(machine, switch)
+        return [r for r in evaluate_machine(machine, switch, "S1") if r.failed]
+
+
+def run_controls(
+    machine: Machine, switch: ReferenceSwitch, controls: tuple[Control, ...] = CONTROLS
+) -> list[ControlOutcome]:
+    """Run ``controls`` one after the other on one guest (already prepared by the switch)."""
+    return [run_control(machine, switch, control) for control in controls]

@@ -1,0 +1,202 @@
+"""The persistence scenario: S0 base -> switch -> S1 -> reboot -> S2, and what must hold.
+
+- S1 satisfies the profile, its banners agree with its argv/env, and nothing live comes from a
+  runtime-only source; the switch restarted the unit (InvocationID changed);
+- the reboot began a new boot (boot_id changed);
+- S2 satisfies the profile the same way and equals S1 on every durable field.
+
+Banners count only from the unit's current start in the current boot (see ``Snapshot``). Every
+step is timed through the nested logger and in ``ScenarioResult.steps``; the result is filled
+as the run goes, so a caller can write a report from it even when the run fails or is
+interrupted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+
+from vmtests.driver.errors import DriverError
+from vmtests.driver.log import log
+from vmtests.driver.machine import Machine
+from vmtests.profiles import Profile
+from vmtests.scenario.checks import check_consistency, check_profile, check_service
+from vmtests.scenario.collect import take_snapshot
+from vmtests.scenario.compare import (
+    FieldDiff,
+    check_durable,
+    check_rebooted,
+    check_restarted,
+    diff_snapshots,
+)
+from vmtests.scenario.metering import DriverMeter, MeteredMachine
+from vmtests.scenario.reference_switch import Switcher, wait_ready
+from vmtests.scenario.results import CheckResult, as_informational, failed
+from vmtests.scenario.snapshot import DEFAULT_PORT, Snapshot
+from vmtests.scenario.sources import check_sources
+
+READY_TIMEOUT = 300.0
+
+
+def evaluate_stage(
+    profile: Profile, snapshot: Snapshot, previous: Snapshot | None = None
+) -> list[CheckResult]:
+    """Every single-snapshot check: service, profile, consistency, runtime-only sources."""
+    size = profile.hugepages.size_kib if profile.hugepages else None
+    relevant = [*profile.env_set, *profile.env_absent]
+    return [
+        *check_service(snapshot),
+        *check_profile(profile, snapshot, previous),
+        *check_consistency(snapshot),
+        *check_sources(snapshot, size, relevant),
+    ]
+
+
+@dataclass
+class ScenarioResult:
+    """Everything a report needs; filled step by step."""
+
+    profile: Profile
+    target: str
+    switch: str
+    snapshots: dict[str, Snapshot] = field(default_factory=dict)
+    checks: list[CheckResult] = field(default_factory=list)
+    diffs: list[FieldDiff] = field(default_factory=list)
+    steps: dict[str, float] = field(default_factory=dict)
+    meter: DriverMeter = field(default_factory=DriverMeter)
+    wall_seconds: float = 0.0
+    status: str = "running"
+    error: str = ""
+    console_logs: list[str] = field(default_factory=list)
+
+    @property
+    def failures(self) -> list[CheckResult]:
+        """Results that fail the run."""
+        return [check for check in self.checks if check.failed]
+
+    @property
+    def ok(self) -> bool:
+        """True when the run finished and no check failed."""
+        return self.status == "finished" and not self.failures and not self.error
+
+
+class Scenario:
+    """Runs the scenario on one machine; ``result`` is valid at every moment."""
+
+    def __init__(
+        self,
+        machine: Machine,
+        profile: Profile,
+        switcher: Switcher,
+        *,
+        target: str = "",
+        base_profile: Profile | None = None,
+        port: int = DEFAULT_PORT,
+        container: str | None = None,
+        start_machine: bool = True,
+    ) -> None:
+        self.machine = MeteredMachine(machine)
+        self.profile = profile
+        self.switcher = switcher
+        self.base_profile = base_profile
+        self.port = port
+        self.container = container
+        self.start_machine = start_machine
+        self.result = ScenarioResult(
+            profile, target or machine.name, switcher.description, meter=self.machine.meter
+        )
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        """A timed step: logged nested and added to ``result.steps`` (even if it fails)."""
+        start = time.monotonic()
+        try:
+            with log.nested(name):
+                yield
+        finally:
+            self.result.steps[name] = self.result.steps.get(name, 0.0) + (time.monotonic() - start)
+
+    def snapshot(self, label: str) -> Snapshot:
+        """Take and keep snapshot ``label``."""
+        with self.step(f"snapshot {label}"):
+            snap = take_snapshot(self.machine, label, port=self.port, container=self.container)
+            self.result.snapshots[label] = snap
+            for error in snap.errors:
+                log.warning(f"{label}: {error}")
+        return snap
+
+    def _wait_ready(self, stage: str, what: str, timeout: float) -> None:
+        """Wait for the service; a timeout becomes a failed check, not an abort."""
+        try:
+            wait_ready(self.machine, self.port, timeout)
+        except DriverError as error:
+            self.result.checks.append(
+                failed(stage, "service.ready", "tenstorrent-serving", f"{what}: {error}")
+            )
+
+    def _record(self, name: str, results: list[CheckResult]) -> None:
+        with self.step(name):
+            self.result.checks.extend(results)
+            for result in results:
+                if result.failed:
+                    log.warning(str(result))
+            bad = sum(r.failed for r in results)
+            log.info(f"{len(results)} checks, {bad} failed")
+
+    def run(self) -> ScenarioResult:
+        """Run every step; returns the result (also available as ``self.result``)."""
+        start = time.monotonic()
+        try:
+            self._run()
+            self.result.status = "finished"
+        except KeyboardInterrupt:
+            self.result.status = "interrupted"
+            self.result.error = "interrupted (Ctrl-C)"
+            raise
+        except Exception as error:
+            self.result.status = "error"
+            self.result.error = f"{type(error).__name__}: {error}"
+            raise
+        finally:
+            self.result.wall_seconds = time.monotonic() - start
+        return self.result
+
+    def _run(self) -> None:
+        profile = self.profile
+        with log.nested(f"persistence scenario: profile {profile.name} on {self.result.target}"):
+            if self.start_machine:
+                with self.step("boot"):
+                    self.machine.start()
+            with self.step("prepare base"):
+                self.switcher.prepare_base(self.machine)
+            s0 = self.snapshot("S0")
+            checks = as_informational(evaluate_stage(profile, s0))
+            if self.base_profile is not None:
+                checks += [
+                    replace(r, check=f"base {r.check}")
+                    for r in check_profile(self.base_profile, s0)
+                ]
+            self._record("checks S0", checks)
+            with self.step("switch"):
+                self.switcher.apply(self.machine)
+                self._wait_ready(
+                    "S1", "the service did not come up after the switch", READY_TIMEOUT
+                )
+            s1 = self.snapshot("S1")
+            self._record("checks S1", evaluate_stage(profile, s1) + check_restarted(s0, s1))
+            with self.step("reboot"):
+                self.machine.reboot()
+                self._wait_ready(
+                    "S2", "the service did not come back after the reboot", READY_TIMEOUT
+                )
+            s2 = self.snapshot("S2")
+            with self.step("compare S1/S2"):
+                self.result.diffs = diff_snapshots(s1, s2, profile)
+            self._record(
+                "checks S2",
+                evaluate_stage(profile, s2, previous=s1)
+                + check_rebooted(s1, s2)
+                + check_durable(s1, s2, profile),
+            )

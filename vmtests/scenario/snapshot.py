@@ -1,0 +1,205 @@
+"""The state snapshot: what the serving unit, its process, the journal and the host look like.
+
+A ``Snapshot`` is plain data (JSON-serialisable with ``to_dict``), taken by
+``vmtests.scenario.collect.take_snapshot`` over any ``Machine``. Secrets are already redacted
+when a snapshot exists. Accessors here interpret the raw data (which journal lines belong to
+the current start of the unit, which hugepage pool is which) so that checks stay short.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+SERVING_UNIT = "tenstorrent-serving.service"
+HUGEPAGES_UNIT = "tenstorrent-hugepages.service"
+DEFAULT_PORT = 8000
+
+
+@dataclass
+class UnitState:
+    """``systemctl show`` of a unit plus the text of its unit file and drop-ins."""
+
+    name: str
+    properties: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    environment: dict[str, str] = field(default_factory=dict)
+
+    def prop(self, key: str) -> str:
+        """One property, ``""`` when systemd did not report it."""
+        return self.properties.get(key, "")
+
+    @property
+    def active_state(self) -> str:
+        """``ActiveState`` (active, inactive, failed, ...)."""
+        return self.prop("ActiveState")
+
+    @property
+    def main_pid(self) -> int:
+        """``MainPID``; 0 when the unit has no main process."""
+        text = self.prop("MainPID")
+        return int(text) if text.isdigit() else 0
+
+    @property
+    def invocation_id(self) -> str:
+        """``InvocationID`` of the unit's current (or last) start."""
+        return self.prop("InvocationID")
+
+    @property
+    def fragment_path(self) -> str:
+        """The unit file systemd loaded."""
+        return self.prop("FragmentPath")
+
+    @property
+    def drop_in_paths(self) -> list[str]:
+        """The drop-in files systemd applied, in order."""
+        return self.prop("DropInPaths").split()
+
+    @property
+    def need_daemon_reload(self) -> bool:
+        """True when a unit file changed on disk after systemd last loaded it."""
+        return self.prop("NeedDaemonReload") == "yes"
+
+    @property
+    def unit_file_state(self) -> str:
+        """``UnitFileState`` (enabled, disabled, masked, static, ...)."""
+        return self.prop("UnitFileState")
+
+    @property
+    def load_state(self) -> str:
+        """``LoadState`` (loaded, not-found, masked, ...)."""
+        return self.prop("LoadState")
+
+
+@dataclass
+class ProcessState:
+    """A process on the machine: argv, environment and cgroup.
+
+    ``origin`` says how it was found: ``main-pid`` (the unit's MainPID), ``listener`` (the
+    process listening on the serving port) or ``container`` (``docker/podman inspect``).
+    """
+
+    origin: str
+    pid: int
+    argv: list[str] = field(default_factory=list)
+    environment: dict[str, str] = field(default_factory=dict)
+    cgroup: str = ""
+
+
+@dataclass
+class JournalLine:
+    """One journal entry of the serving unit."""
+
+    message: str
+    boot_id: str = ""
+    invocation_id: str = ""
+    timestamp_us: int = 0
+
+
+@dataclass
+class Endpoint:
+    """An HTTP endpoint fetched on the machine itself (curl), so it works over ssh too."""
+
+    url: str
+    status: int | None = None
+    body: str = ""
+    error: str = ""
+
+
+@dataclass
+class HugepageState:
+    """Reserved hugepages per pool (KiB -> nr_hugepages), meminfo lines and boot-time sources."""
+
+    pools: dict[int, int] = field(default_factory=dict)
+    meminfo: dict[str, str] = field(default_factory=dict)
+    unit: UnitState = field(default_factory=lambda: UnitState(HUGEPAGES_UNIT))
+    sysctl_lines: list[str] = field(default_factory=list)
+
+    def count(self, size_kib: int) -> int:
+        """``nr_hugepages`` of the pool with pages of ``size_kib`` KiB (0 if no such pool)."""
+        return self.pools.get(size_kib, 0)
+
+
+@dataclass
+class Snapshot:
+    """Everything one stage (S0, S1, S2) of the scenario records about the machine."""
+
+    label: str
+    boot_id: str = ""
+    kernel_cmdline: str = ""
+    unit: UnitState = field(default_factory=lambda: UnitState(SERVING_UNIT))
+    process: ProcessState | None = None
+    listener: ProcessState | None = None
+    container: dict[str, Any] | None = None
+    manager_environment: dict[str, str] = field(default_factory=dict)
+    journal: list[JournalLine] = field(default_factory=list)
+    earlier_journal: list[JournalLine] = field(default_factory=list)
+    health: Endpoint = field(default_factory=lambda: Endpoint("/health"))
+    models: Endpoint = field(default_factory=lambda: Endpoint("/v1/models"))
+    hugepages: HugepageState = field(default_factory=HugepageState)
+    generations: dict[str, str] = field(default_factory=dict)
+    port: int = DEFAULT_PORT
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    # ---- interpretation ---------------------------------------------------------------------
+
+    @property
+    def argv(self) -> list[str]:
+        """The live argv of the serving process (empty when none runs)."""
+        return list(self.process.argv) if self.process else []
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """The live environment of the serving process (empty when none runs)."""
+        return dict(self.process.environment) if self.process else {}
+
+    def current_lines(self) -> list[JournalLine]:
+        """Journal lines of this boot that belong to the unit's current start.
+
+        A line counts when its invocation ID is the unit's ``InvocationID``. If the journal
+        carries no invocation IDs at all (old systemd), every line of this boot counts.
+        """
+        if not any(line.invocation_id for line in self.journal):
+            return list(self.journal)
+        current = self.unit.invocation_id
+        return [line for line in self.journal if line.invocation_id == current]
+
+    def older_lines(self) -> list[JournalLine]:
+        """Lines of this boot from earlier starts of the unit, then lines of the previous boot."""
+        current = {id(line) for line in self.current_lines()}
+        this_boot = [line for line in self.journal if id(line) not in current]
+        return this_boot + list(self.earlier_journal)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The snapshot as JSON-serialisable data (hugepage pool keys become strings)."""
+        data = dataclasses.asdict(self)
+        data["hugepages"]["pools"] = {str(k): v for k, v in self.hugepages.pools.items()}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Snapshot:
+        """Rebuild a snapshot from ``to_dict`` output (e.g. a report's JSON)."""
+
+        def unit(raw: dict[str, Any]) -> UnitState:
+            return UnitState(**raw)
+
+        def process(raw: dict[str, Any] | None) -> ProcessState | None:
+            return ProcessState(**raw) if raw else None
+
+        hugepages = dict(data.get("hugepages", {}))
+        hugepages["pools"] = {int(k): v for k, v in hugepages.get("pools", {}).items()}
+        hugepages["unit"] = unit(hugepages.get("unit", {"name": HUGEPAGES_UNIT}))
+        fields = dict(data)
+        fields.update(
+            unit=unit(data["unit"]),
+            process=process(data.get("process")),
+            listener=process(data.get("listener")),
+            journal=[JournalLine(**line) for line in data.get("journal", [])],
+            earlier_journal=[JournalLine(**line) for line in data.get("earlier_journal", [])],
+            health=Endpoint(**data["health"]),
+            models=Endpoint(**data["models"]),
+            hugepages=HugepageState(**hugepages),
+        )
+        return cls(**fields)

@@ -1,0 +1,311 @@
+"""Where the live configuration comes from, and whether that source survives a reboot.
+
+A setting can be live now and still be lost at the next boot: a drop-in or unit under
+``/run``, the manager environment (``systemctl set-environment``), a unit file changed on disk
+without a restart, a process started by hand, a unit that is not enabled, hugepages written at
+runtime or a masked hugepage unit. Each gets its own check and message here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from vmtests.scenario.redact import REDACTED
+from vmtests.scenario.results import CheckResult, failed, passed
+from vmtests.scenario.snapshot import Snapshot, UnitState
+from vmtests.stub.features import ENV_FEATURES, env_name
+
+# Manager variables every systemd sets or distributions preset; not a sign of a manual change.
+STANDARD_MANAGER_VARIABLES = frozenset({"PATH", "LANG", "LANGUAGE", "LOCALE_ARCHIVE", "TZDIR"})
+DURABLE_UNIT_FILE_STATES = frozenset({"enabled", "static", "generated", "alias", "indirect"})
+_GENERATOR_DIRS = ("/run/systemd/generator", "/run/systemd/generator.early")
+_EXEC_ARGV = re.compile(r"argv\[\]=(?P<argv>.*?) ; ")
+
+
+def is_runtime_path(path: str) -> bool:
+    """True for files under ``/run`` that vanish at reboot (generator output is re-made)."""
+    return path.startswith("/run/") and not path.startswith(_GENERATOR_DIRS)
+
+
+def origin_of(snapshot: Snapshot, subject: str) -> str:
+    """Where ``subject`` (a flag or variable name) is set, as a phrase; "" if not found."""
+    origins: list[str] = []
+    for path, text in snapshot.unit.files.items():
+        if subject in text:
+            kind = "unit file" if path == snapshot.unit.fragment_path else "drop-in"
+            runtime = " (runtime-only, under /run)" if is_runtime_path(path) else ""
+            origins.append(f"{kind} {path}{runtime}")
+    if subject in snapshot.manager_environment:
+        origins.append("the service manager's environment (systemctl set-environment)")
+    return "it came from " + " and ".join(origins) if origins else ""
+
+
+def _settings(text: str) -> list[str]:
+    return [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and not line.lstrip().startswith(("#", ";", "["))
+    ]
+
+
+def check_runtime_unit_files(snapshot: Snapshot) -> list[CheckResult]:
+    """The unit file and every drop-in must live outside ``/run``."""
+    stage, unit = snapshot.label, snapshot.unit
+    results: list[CheckResult] = []
+    if is_runtime_path(unit.fragment_path):
+        results.append(
+            failed(
+                stage,
+                "source.runtime-unit-file",
+                unit.fragment_path,
+                f"{unit.name} is loaded from {unit.fragment_path}, a runtime-only unit file "
+                "under /run that vanishes at reboot",
+            )
+        )
+    for path in unit.drop_in_paths:
+        if is_runtime_path(path):
+            settings = "; ".join(_settings(unit.files.get(path, ""))) or "(unreadable)"
+            results.append(
+                failed(
+                    stage,
+                    "source.runtime-drop-in",
+                    path,
+                    f"drop-in {path} of {unit.name} is runtime-only (under /run) and vanishes "
+                    f"at reboot; it sets: {settings}",
+                )
+            )
+    if not results:
+        files = ", ".join([unit.fragment_path, *unit.drop_in_paths]) or "(none)"
+        results.append(
+            passed(stage, "source.runtime-unit-file", unit.name, f"unit files durable: {files}")
+        )
+    return results
+
+
+def check_manager_environment(
+    snapshot: Snapshot, relevant_names: Iterable[str] = ()
+) -> list[CheckResult]:
+    """No serving variable may reach the service from ``systemctl set-environment``."""
+    stage = snapshot.label
+    relevant = {env_name(feature) for feature in ENV_FEATURES} | set(relevant_names)
+    live = snapshot.environment
+    suspicious = sorted(
+        name
+        for name in snapshot.manager_environment
+        if name not in STANDARD_MANAGER_VARIABLES
+        and not name.startswith("LC_")
+        and (name in relevant or (name in live and name not in snapshot.unit.environment))
+    )
+    if not suspicious:
+        return [passed(stage, "source.manager-environment", "manager", "no serving variable set")]
+    return [
+        failed(
+            stage,
+            "source.manager-environment",
+            name,
+            f"{name}={snapshot.manager_environment[name]} is set in the service manager's "
+            "environment (systemctl set-environment); it reaches the service only until the "
+            f"next reboot{'' if name in live else ' (not in the live process yet)'}",
+        )
+        for name in suspicious
+    ]
+
+
+def exec_start_argv(unit: UnitState) -> str:
+    """The ``argv[]`` of the first ``ExecStart`` as systemd prints it (space-joined)."""
+    match = _EXEC_ARGV.search(unit.prop("ExecStart"))
+    return match["argv"] if match else ""
+
+
+def check_restarted_after_change(snapshot: Snapshot) -> list[CheckResult]:
+    """The running process must be what the unit, as systemd has it now, would start."""
+    stage, unit, process = snapshot.label, snapshot.unit, snapshot.process
+    results: list[CheckResult] = []
+    if unit.need_daemon_reload:
+        results.append(
+            failed(
+                stage,
+                "source.not-reloaded",
+                unit.name,
+                f"{unit.name} changed on disk but systemd has not reloaded it "
+                "(NeedDaemonReload=yes): the running service and `systemctl show` describe the "
+                "old unit, and the next boot will run the new file",
+            )
+        )
+    if process is not None and process.origin == "main-pid":
+        declared = exec_start_argv(unit)
+        live = " ".join(process.argv)
+        if declared and declared != live and REDACTED not in live:
+            results.append(
+                failed(
+                    stage,
+                    "source.not-restarted",
+                    unit.name,
+                    f"the live process (pid {process.pid}) runs `{live}` but the unit's "
+                    f"ExecStart is now `{declared}`: the unit changed but the service was not "
+                    "restarted",
+                )
+            )
+        stale_env = sorted(
+            name
+            for name, value in unit.environment.items()
+            if process.environment.get(name) != value
+        )
+        if stale_env:
+            results.append(
+                failed(
+                    stage,
+                    "source.not-restarted",
+                    ",".join(stale_env),
+                    f"the unit now sets {', '.join(stale_env)} but the live process (pid "
+                    f"{process.pid}) has different values: the unit changed but the service was "
+                    "not restarted",
+                )
+            )
+    if not results:
+        results.append(
+            passed(stage, "source.not-restarted", unit.name, "live process matches the unit")
+        )
+    return results
+
+
+def check_inside_unit(snapshot: Snapshot) -> list[CheckResult]:
+    """The server answering on the serving port must be the unit's own process."""
+    stage, unit, listener = snapshot.label, snapshot.unit, snapshot.listener
+    check = "source.outside-unit"
+    if listener is None:
+        return [passed(stage, check, f"port {snapshot.port}", "nothing listens outside the unit")]
+    group = unit.prop("ControlGroup")
+    paths = [line.rpartition(":")[2] for line in listener.cgroup.splitlines()]
+    in_unit = listener.pid == unit.main_pid or (
+        bool(group) and any(path == group or path.startswith(group + "/") for path in paths)
+    )
+    if snapshot.container is not None:  # docker-proxy / the container scope answer for it
+        in_unit = in_unit or str(snapshot.container.get("state", {}).get("Pid")) == str(
+            listener.pid
+        )
+        in_unit = in_unit or any("docker-proxy" in arg for arg in listener.argv[:1])
+    if in_unit:
+        return [passed(stage, check, f"port {snapshot.port}", f"pid {listener.pid} is the unit's")]
+    cgroup = listener.cgroup.splitlines()[-1] if listener.cgroup else "?"
+    return [
+        failed(
+            stage,
+            check,
+            f"port {snapshot.port}",
+            f"the server answering on port {snapshot.port} is pid {listener.pid} "
+            f"(`{' '.join(listener.argv)}`, cgroup {cgroup}), started outside {unit.name} "
+            f"(ActiveState={unit.active_state}, MainPID={unit.main_pid}, cgroup "
+            f"{group or 'none'}): nothing starts it at boot",
+        )
+    ]
+
+
+def check_enabled(snapshot: Snapshot) -> list[CheckResult]:
+    """The serving unit must be enabled durably, so that it starts at the next boot."""
+    stage, unit = snapshot.label, snapshot.unit
+    state = unit.unit_file_state
+    if state in DURABLE_UNIT_FILE_STATES:
+        return [passed(stage, "source.not-enabled", unit.name, f"UnitFileState={state}")]
+    return [
+        failed(
+            stage,
+            "source.not-enabled",
+            unit.name,
+            f"{unit.name} is {unit.active_state or 'not active'} now but its UnitFileState is "
+            f"{state or 'unknown'}: it will not start at the next boot",
+        )
+    ]
+
+
+def check_hugepage_source(snapshot: Snapshot, size_kib: int | None) -> list[CheckResult]:
+    """Reserved hugepages must come from a boot-time source, not a runtime write."""
+    stage, pages = snapshot.label, snapshot.hugepages
+    check = "source.hugepages"
+    sizes = [size_kib] if size_kib else [kib for kib, count in pages.pools.items() if count]
+    reserved = {kib: pages.count(kib) for kib in sizes if pages.count(kib) > 0}
+    unit = pages.unit
+    if unit.load_state == "masked" or unit.unit_file_state.startswith("masked"):
+        return [
+            failed(
+                stage,
+                check,
+                unit.name,
+                f"the hugepage unit {unit.name} is masked ({unit.unit_file_state}): hugepages "
+                f"({_describe(reserved)} now) will not be reserved at the next boot",
+            )
+        ]
+    if not reserved:
+        return [passed(stage, check, "hugepages", "no hugepages reserved, none to source")]
+    durable: list[str] = []
+    if re.search(r"(^|\s)hugepages=\d+", snapshot.kernel_cmdline):
+        durable.append("kernel command line")
+    durable += [
+        line.split(":", 1)[0]
+        for line in pages.sysctl_lines
+        if not is_runtime_path(line) and "nr_hugepages" in line
+    ]
+    unit_ok = (
+        unit.load_state == "loaded"
+        and unit.unit_file_state in DURABLE_UNIT_FILE_STATES
+        and not is_runtime_path(unit.fragment_path)
+    )
+    if unit_ok:
+        durable.append(f"{unit.name} (UnitFileState={unit.unit_file_state})")
+    if durable:
+        return [passed(stage, check, "hugepages", f"reserved at boot by {', '.join(durable)}")]
+    why = (
+        f"{unit.name} is not installed"
+        if unit.load_state in {"", "not-found"}
+        else f"{unit.name} is {unit.load_state}/{unit.unit_file_state or 'unknown'} "
+        f"from {unit.fragment_path or '?'}"
+    )
+    return [
+        failed(
+            stage,
+            check,
+            "hugepages",
+            f"{_describe(reserved)} hugepages are reserved now but nothing reserves them at "
+            f"boot ({why}; no nr_hugepages in sysctl.d; no hugepages= on the kernel command "
+            "line): they were written at runtime and will be gone after a reboot",
+        )
+    ]
+
+
+def _describe(reserved: dict[int, int]) -> str:
+    return ", ".join(f"{count} x {kib} KiB" for kib, count in sorted(reserved.items())) or "none"
+
+
+def check_generation(snapshot: Snapshot) -> list[CheckResult]:
+    """On NixOS the system profile (what boots next) must be the running generation."""
+    current = snapshot.generations.get("/run/current-system")
+    default = snapshot.generations.get("/nix/var/nix/profiles/system")
+    if current is None or default is None:
+        return []
+    if current == default:
+        return [passed(snapshot.label, "source.generation", "system", f"boots {current}")]
+    return [
+        failed(
+            snapshot.label,
+            "source.generation",
+            "/nix/var/nix/profiles/system",
+            f"the running generation is {current} but the system profile (what the next boot "
+            f"starts) is {default}: the switch did not set the boot default",
+        )
+    ]
+
+
+def check_sources(
+    snapshot: Snapshot, size_kib: int | None, relevant_names: Iterable[str] = ()
+) -> list[CheckResult]:
+    """Every runtime-only-source check on one snapshot."""
+    return [
+        *check_runtime_unit_files(snapshot),
+        *check_manager_environment(snapshot, relevant_names),
+        *check_restarted_after_change(snapshot),
+        *check_inside_unit(snapshot),
+        *check_enabled(snapshot),
+        *check_hugepage_source(snapshot, size_kib),
+        *check_generation(snapshot),
+    ]

@@ -119,9 +119,7 @@ def vmtests_machine(
     try:
         yield machine
     finally:
-        close = getattr(machine, "close", None)
-        if callable(close):
-            close()
+        machine.close()
 
 
 # ---- VM fixtures: the reference guest (driver, issue 3) ----------------------------------------

@@ -83,9 +83,17 @@ def test_no_ssh_process_is_left_after_close(shared_guest: QemuMachine, tmp_path:
         identity_file=shared_guest.ssh_key,
         known_hosts=known_hosts,
     )
-    machine.start()
-    assert processes_matching(str(known_hosts))  # the session really is an ssh process
-    machine.close()
+    seen_inside: list[bool] = []
+
+    def fail_inside_a_session() -> None:
+        with machine:
+            seen_inside.append(bool(processes_matching(str(known_hosts))))
+            raise RuntimeError("a failure inside the block")
+
+    # The Machine context manager starts the session and closes it, even when the block raises.
+    with pytest.raises(RuntimeError, match="inside the block"):
+        fail_inside_a_session()
+    assert seen_inside == [True]  # the session really was an ssh process
     assert not processes_matching(str(known_hosts))
 
 

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 from vmtests.driver.errors import CommandFailed, DriverError, WaitTimeout
 from vmtests.driver.log import log
@@ -72,6 +74,10 @@ class Machine(abc.ABC):
         """Power the machine off hard, without a clean shutdown."""
 
     @abc.abstractmethod
+    def close(self) -> None:
+        """Release everything the backend holds (QEMU killed, ssh session closed); idempotent."""
+
+    @abc.abstractmethod
     def execute(self, command: str, timeout: float = DEFAULT_COMMAND_TIMEOUT) -> CommandResult:
         """Run ``command`` as root through ``sh -c``; return rc, stdout and stderr.
 
@@ -96,6 +102,20 @@ class Machine(abc.ABC):
         """Block until commands run again after a reboot, or raise ``WaitTimeout`` at deadline."""
 
     # ---- shared behaviour built on the primitives --------------------------------------------
+
+    def __enter__(self) -> Self:
+        """Start the machine when entering a ``with`` block."""
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        """Close the machine when leaving the block, whatever happened."""
+        self.close()
 
     def succeed(self, command: str, timeout: float = DEFAULT_COMMAND_TIMEOUT) -> str:
         """Run ``command``; return its stdout as text, raise ``CommandFailed`` on rc != 0."""

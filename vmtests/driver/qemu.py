@@ -19,7 +19,6 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from qemu.qmp.legacy import QEMUMonitorProtocol
@@ -428,20 +427,6 @@ class QemuMachine(Machine):
         except Exception as error:  # qemu.qmp raises several unrelated types here
             if self.process_running and command != "quit":
                 raise DriverError(f"{self.name}: QMP {command} failed: {error}") from error
-
-    def __enter__(self) -> QemuMachine:
-        """Start the machine when entering a ``with`` block."""
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        """Stop QEMU (hard, quickly) when leaving the block, whatever happened."""
-        self.close()
 
     # ---- commands ----------------------------------------------------------------------------
 

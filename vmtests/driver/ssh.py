@@ -16,7 +16,6 @@ import shlex
 import time
 import tty
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import pexpect
@@ -302,20 +301,6 @@ class SshMachine(Machine):
     def close(self) -> None:
         """Close the ssh session; the host keeps running."""
         self._disconnect()
-
-    def __enter__(self) -> SshMachine:
-        """Connect when entering a ``with`` block."""
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        """Close the session when leaving the block."""
-        self.close()
 
 
 def write_known_hosts(path: Path, host: str, port: int, public_keys: list[str]) -> Path:

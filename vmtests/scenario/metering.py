@@ -84,6 +84,10 @@ class MeteredMachine(Machine):
         """Shut the inner machine down."""
         self._timed("shutdown", lambda: self.inner.shutdown(timeout))
 
+    def close(self) -> None:
+        """Close the wrapped machine."""
+        self._timed("close", self.inner.close)
+
     def crash(self) -> None:
         """Power the inner machine off hard."""
         self._timed("crash", self.inner.crash)

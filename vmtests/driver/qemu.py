@@ -40,6 +40,7 @@ from vmtests.driver.qemu_io import (
     remove_orphaned_runtime_dirs,
 )
 from vmtests.driver.shell import REBOOT_COMMAND, ShellChannel
+from vmtests.driver.tools import require_tools
 from vmtests.guest.contract import BACKDOOR_READY_RE
 
 # qemu.qmp logs every refused connection attempt at ERROR; our errors carry the evidence.
@@ -150,6 +151,8 @@ class QemuMachine(Machine):
         with log.nested(f"starting {self.name}"):
             deadline = time.monotonic() + self.boot_timeout
             try:
+                if self.run_script is None:  # a NixOS run script brings its own QEMU
+                    require_tools(qemu_launch.QEMU_BINARY, "qemu-img")
                 self._prepare_disk()
                 accel = self.requested_accel
                 if accel == "auto":

@@ -30,6 +30,7 @@ from vmtests.driver.machine import (
     Machine,
 )
 from vmtests.driver.shell import REBOOT_COMMAND, ShellChannel
+from vmtests.driver.tools import require_tools
 
 SUDO_PROMPT = "vmtests-sudo-password:"
 DEFAULT_START_TIMEOUT = 120.0
@@ -221,6 +222,7 @@ class SshMachine(Machine):
         """Connect (retrying for ``start_timeout``) and wait until commands run."""
         if self._channel is not None:
             return
+        require_tools("ssh")
         with log.nested(f"connecting to {self.name} over ssh"):
             self._connect(time.monotonic() + self.start_timeout)
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
+from vmtests.driver.tools import require_tools
 from vmtests.guest import contract
 
 if TYPE_CHECKING:
@@ -112,6 +113,7 @@ def suite_ssh_key() -> Path:
     key = cache_dir() / "ssh" / "id_ed25519"
     with _file_lock(key.parent / ".lock"):
         if not key.exists():
+            require_tools("ssh-keygen")
             tmp = key.with_name(f"tmp-{os.getpid()}")
             for stale in (tmp, Path(f"{tmp}.pub")):
                 stale.unlink(missing_ok=True)
@@ -219,6 +221,7 @@ def _customize(rootfs: Path, public_key: str) -> None:
 
 def _build(directory: Path, public_key: str) -> None:
     """Build the image into ``directory``: rootfs, kernel, initrd, disk."""
+    require_tools("mmdebstrap", "mkfs.ext4")
     rootfs = directory / "rootfs"
     _run(
         [

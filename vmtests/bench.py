@@ -80,12 +80,16 @@ def main(argv: list[str] | None = None) -> int:
         _line(label, value)
 
     if not args.skip_cold:
+        # Cold and warm on the same fresh cache, so "warm" really is the reuse of that build.
         with (
             tempfile.TemporaryDirectory(prefix="vmtests-bench-cache-") as cold,
             _cache_dir(Path(cold)),
         ):
             record("image build, cold (s)", f"{_timed(reference_image):.1f}")
-    record("image build, warm (s)", f"{_timed(reference_image):.3f}")
+            record("image build, warm (s)", f"{_timed(reference_image):.3f}")
+    else:
+        reference_image()  # the user's cache may be stale: (re)building it is not a figure
+        record("image build, warm (s)", f"{_timed(reference_image):.3f}")
 
     with tempfile.TemporaryDirectory(prefix="vmtests-bench-") as state:
         start = time.monotonic()

@@ -2,7 +2,7 @@
 
 The scenario, checks and hardware gates only ever talk to a ``Machine``, so the steps run on a
 VM and on a real P150 host are the same code. Backends implement the abstract primitives
-(``start``, ``shutdown``, ``crash``, ``execute``, ``copy_to``, ``copy_from``, ``_issue_reboot``,
+(``start``, ``shutdown``, ``crash``, ``close``, ``execute``, ``_issue_reboot``,
 ``_wait_until_answering``); everything built on top of them lives here once.
 """
 
@@ -17,6 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from vmtests.driver import transfer
 from vmtests.driver.errors import CommandFailed, DriverError, WaitTimeout
 from vmtests.driver.log import log
 
@@ -86,14 +87,6 @@ class Machine(abc.ABC):
         """
 
     @abc.abstractmethod
-    def copy_to(self, source: Path, destination: str, timeout: float = 120.0) -> None:
-        """Copy a host file or directory to ``destination`` on the machine."""
-
-    @abc.abstractmethod
-    def copy_from(self, source: str, destination: Path, timeout: float = 120.0) -> None:
-        """Copy a file or directory at ``source`` on the machine to the host."""
-
-    @abc.abstractmethod
     def _issue_reboot(self) -> None:
         """Ask the machine to reboot and return without waiting."""
 
@@ -130,6 +123,16 @@ class Machine(abc.ABC):
         if result.rc == 0:
             raise CommandFailed(result, expectation="a non-zero exit status")
         return result.stderr_text
+
+    def copy_to(self, source: Path, destination: str, timeout: float = 120.0) -> None:
+        """Copy a host file or directory to ``destination`` on the machine (through commands)."""
+        with log.nested(f"copying {source} to {self.name}:{destination}"):
+            transfer.copy_to(self, source, destination, timeout)
+
+    def copy_from(self, source: str, destination: Path, timeout: float = 120.0) -> None:
+        """Copy a file or directory at ``source`` on the machine to the host (through commands)."""
+        with log.nested(f"copying {self.name}:{source} to {destination}"):
+            transfer.copy_from(self, source, destination, timeout)
 
     def wait_until_succeeds(
         self, command: str, timeout: float = DEFAULT_WAIT_TIMEOUT

@@ -23,7 +23,7 @@ from typing import Any
 
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
-from vmtests.driver import procs, qemu_launch, transfer
+from vmtests.driver import procs, qemu_launch
 from vmtests.driver.console import SerialConsole
 from vmtests.driver.errors import DriverError, MachineGone, WaitTimeout
 from vmtests.driver.log import log
@@ -445,16 +445,6 @@ class QemuMachine(Machine):
         result = self._require_channel().run(command, timeout)
         log.info(f"{self.name}# {command[:120]!s} -> rc={result.rc} ({result.duration:.2f}s)")
         return result
-
-    def copy_to(self, source: Path, destination: str, timeout: float = 120.0) -> None:
-        """Copy a host file or directory into the guest (over the backdoor)."""
-        with log.nested(f"copying {source} to {self.name}:{destination}"):
-            transfer.copy_to(self, source, destination, timeout)
-
-    def copy_from(self, source: str, destination: Path, timeout: float = 120.0) -> None:
-        """Copy a guest file or directory to the host (over the backdoor)."""
-        with log.nested(f"copying {self.name}:{source} to {destination}"):
-            transfer.copy_from(self, source, destination, timeout)
 
     def _issue_reboot(self) -> None:
         """Ask systemd to reboot; the command returns before the shell is killed."""

@@ -20,7 +20,7 @@ from typing import Any
 
 import pexpect
 
-from vmtests.driver import procs, transfer
+from vmtests.driver import procs
 from vmtests.driver.errors import DriverError, MachineGone, WaitTimeout
 from vmtests.driver.log import log
 from vmtests.driver.machine import (
@@ -254,16 +254,6 @@ class SshMachine(Machine):
                     b"echo 1 > /proc/sys/kernel/sysrq; echo o > /proc/sysrq-trigger\n"
                 )
             self._disconnect()
-
-    def copy_to(self, source: Path, destination: str, timeout: float = 120.0) -> None:
-        """Copy a host file or directory to the machine (over the ssh session)."""
-        with log.nested(f"copying {source} to {self.name}:{destination}"):
-            transfer.copy_to(self, source, destination, timeout)
-
-    def copy_from(self, source: str, destination: Path, timeout: float = 120.0) -> None:
-        """Copy a file or directory from the machine (over the ssh session)."""
-        with log.nested(f"copying {self.name}:{source} to {destination}"):
-            transfer.copy_from(self, source, destination, timeout)
 
     def _issue_reboot(self) -> None:
         """Ask systemd to reboot (returns at once), remembering the boot that must end."""

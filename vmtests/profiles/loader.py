@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from vmtests.profiles.features import REPO_ROOT, in_checkout
+from vmtests.nixcore import REPO_ROOT
 from vmtests.profiles.schema import (
     EXPECTATION_KEYS,
     HUGEPAGE_SIZES_KIB,
@@ -24,6 +24,8 @@ from vmtests.profiles.schema import (
 )
 
 PROFILES_DIR = Path(__file__).resolve().parent
+# Installed without the repository (the flake's app), hosts/ and modules/ are not beside us.
+_IN_CHECKOUT = (REPO_ROOT / "modules" / "serving" / "features.json").is_file()
 
 
 def available_profiles() -> list[str]:
@@ -89,8 +91,7 @@ def _serving_profile(reader: SchemaReader, value: object) -> str:
     path = reader.string(value, "serving_profile")
     if path.startswith("/") or not path.endswith(".nix"):
         reader.error("serving_profile", "a .nix file relative to the repository root", path)
-    # Installed without the repository (the flake's app), the Nix files are not beside us.
-    if in_checkout() and not (REPO_ROOT / path).is_file():
+    if _IN_CHECKOUT and not (REPO_ROOT / path).is_file():
         reader.error("serving_profile", f"an existing file under {REPO_ROOT}", path)
     return path
 

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 import yaml
 
-from vmtests.profiles.features import feature_env_name, feature_names
+from vmtests.stub.features import ENV_FEATURES, env_name
 
 HUGEPAGE_SIZES_KIB = {"1G": 1024 * 1024, "2M": 2048}
 TOP_LEVEL_KEYS = frozenset(
@@ -170,6 +170,8 @@ class SchemaReader:
 
     def feature(self, value: str, path: str) -> str:
         """Resolve a feature key (features.json) to its environment variable name."""
-        if value not in feature_names():
-            self.error(path, f"a feature of features.json ({', '.join(feature_names())})", value)
-        return feature_env_name(value)
+        if value not in ENV_FEATURES:
+            self.error(
+                path, f"a feature of features.json ({', '.join(sorted(ENV_FEATURES))})", value
+            )
+        return env_name(value)

@@ -12,9 +12,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from vmtests.profiles.features import module_banner_tag
 from vmtests.scenario.snapshot import JournalLine
-from vmtests.stub.features import BANNER_ORDER, ENV_FEATURES, banner_text, env_name, env_value
+from vmtests.stub.features import (
+    BANNER_ORDER,
+    ENV_FEATURES,
+    banner_text,
+    env_name,
+    env_value,
+    module_banner_tag,
+)
 from vmtests.stub.features import resolve as resolve_features
 
 

@@ -15,11 +15,6 @@ from typing import Any
 
 FEATURES_FILE = Path(__file__).with_name("features.json")
 
-# Features switched by environment variables (the rest come from the command line).
-ENV_FEATURES = ("deviceResident", "deviceArgmax", "sdpaStreaming", "mergeBatchGuard")
-# Every feature with a banner, in the order the banners are printed.
-BANNER_ORDER = (*ENV_FEATURES, "prefixCaching", "toolCalling")
-
 
 def load_features(path: Path = FEATURES_FILE) -> dict[str, Any]:
     """Parse ``features.json``."""
@@ -29,10 +24,23 @@ def load_features(path: Path = FEATURES_FILE) -> dict[str, Any]:
 
 _FEATURES = load_features()
 
+# Features switched by environment variables (the rest come from the command line).
+ENV_FEATURES: tuple[str, ...] = tuple(_FEATURES["environment"])
+# Every feature with a banner, in the order the banners are printed.
+BANNER_ORDER: tuple[str, ...] = tuple(_FEATURES["banners"])
+
 
 def env_name(feature: str) -> str:
     """The environment variable that switches ``feature`` (e.g. ``QWEN36_DEVICE_RESIDENT``)."""
+    if feature not in ENV_FEATURES:
+        known = ", ".join(ENV_FEATURES)
+        raise KeyError(f"unknown feature {feature!r} in {FEATURES_FILE}; known: {known}")
     return str(_FEATURES["environment"][feature]["name"])
+
+
+def module_banner_tag() -> str:
+    """The tag that starts the module's one-line banner (``tenstorrent-serving-config:``)."""
+    return str(_FEATURES["moduleBanner"]["tag"])
 
 
 def env_value(feature: str) -> str:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from vmtests.nixcore import REPO_ROOT
 from vmtests.stub import device, guest_install
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 NIX_MODULE = REPO_ROOT / "modules" / "tenstorrent-stub.nix"
 
 

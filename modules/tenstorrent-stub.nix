@@ -21,26 +21,29 @@
 let
   cfg = config.hardware.tenstorrent-stub;
 
-  # Only the stub subpackage: the server and tt-smi use the standard library alone. The
-  # features.json symlink is left out here and replaced by the file it points to.
-  stubSource = builtins.path {
-    name = "vmtests-stub-source";
-    path = ../vmtests/stub;
-    filter =
-      path: type:
-      let
-        base = baseNameOf path;
-      in
-      base != "__pycache__" && base != "features.json" && !(lib.hasSuffix ".pyc" base);
-  };
+  # Only the stub subpackage and the contracts it reads: the server and tt-smi use the standard
+  # library alone. The features.json link is left out and replaced by the file it points to.
+  packageSource =
+    dir:
+    builtins.path {
+      name = "vmtests-${baseNameOf dir}-source";
+      path = dir;
+      filter =
+        path: type:
+        let
+          base = baseNameOf path;
+        in
+        base != "__pycache__" && base != "features.json" && !(lib.hasSuffix ".pyc" base);
+    };
 
   stubPackage = pkgs.runCommand "vmtests-stub-package" { } ''
     root=$out/lib/vmtests-stub/vmtests
     mkdir -p $root
     cp ${../vmtests/__init__.py} $root/__init__.py
-    cp -r ${stubSource} $root/stub
+    cp -r ${packageSource ../vmtests/stub} $root/stub
+    cp -r ${packageSource ../vmtests/contracts} $root/contracts
     chmod -R u+w $root
-    cp ${./serving/features.json} $root/stub/features.json
+    cp ${./serving/features.json} $root/contracts/features.json
   '';
 
   pythonPath = "${stubPackage}/lib/vmtests-stub";

@@ -1,7 +1,7 @@
 # NixOS side of the vmtests instrumentation contract (docs/instrumentation.md).
 #
-# The contract's data and the backdoor script template live in ../vmtests/guest/contract.json,
-# which the Python side (vmtests/guest/contract.py: the reference guest and the QEMU backend)
+# The contract's data and the backdoor script template live in ../vmtests/contracts/instrumentation.json,
+# which the Python side (vmtests/contracts/instrumentation.py: the reference guest and the QEMU backend)
 # reads too, so both guests follow one definition:
 #   - kernel console on ttyS0 (captured per boot by the host);
 #   - a root backdoor shell on the named virtio serial port (not hvc0: QEMU drops virtconsole
@@ -21,10 +21,10 @@
 }:
 let
   cfg = config.vmtests.instrumentation;
-  contract = builtins.fromJSON (builtins.readFile ../vmtests/guest/contract.json);
+  contract = builtins.fromJSON (builtins.readFile ../vmtests/contracts/instrumentation.json);
   backdoorDevice = "/dev/virtio-ports/${contract.backdoorPortName}";
 
-  # Same substitution as vmtests.guest.contract.backdoor_script(shell).
+  # Same substitution as vmtests.contracts.instrumentation.backdoor_script(shell).
   backdoorScript =
     shell:
     builtins.replaceStrings

@@ -22,7 +22,7 @@ from pathlib import Path
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
-from vmtests.driver.targets import TargetError, machine_from_target
+from vmtests.guest.targets import TargetError, machine_from_target
 from vmtests.profiles import Profile, ProfileError, available_profiles, load_profile
 from vmtests.report import write_controls_report, write_scenario_report
 from vmtests.scenario.controls import ControlOutcome, check_correct_configuration, run_controls

@@ -111,7 +111,7 @@ def vmtests_machine(
 
     An ssh:// target is refused without --hw-opt-in: the scenario reboots the machine.
     """
-    from vmtests.driver.targets import machine_from_target  # noqa: PLC0415
+    from vmtests.guest.targets import machine_from_target  # noqa: PLC0415
 
     if vmtests_target.startswith("ssh://") and not hardware_allowed(pytestconfig):
         pytest.skip(f"--target {vmtests_target} is a real host: pass --hw-opt-in to use it")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from vmtests.contracts import instrumentation as contract
 from vmtests.driver.qemu import QemuMachine
-from vmtests.guest import contract
 from vmtests.guest.image import _rendered_files
 from vmtests.nixcore import find_nixpkgs_lib
 

@@ -10,8 +10,8 @@ import pytest
 
 from vmtests.driver.qemu import QemuMachine
 from vmtests.driver.ssh import SshMachine
-from vmtests.driver.targets import TargetError, machine_from_target, parse_ssh_target
 from vmtests.guest.image import ReferenceImage
+from vmtests.guest.targets import TargetError, machine_from_target, parse_ssh_target
 
 
 @pytest.mark.parametrize(

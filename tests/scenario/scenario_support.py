@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 
+from vmtests.contracts.features import banner_text
 from vmtests.scenario.results import CheckResult
 from vmtests.scenario.snapshot import (
     Endpoint,
@@ -20,7 +21,6 @@ from vmtests.scenario.snapshot import (
     Snapshot,
     UnitState,
 )
-from vmtests.stub.features import banner_text
 
 BOOT = "11111111-2222-3333-4444-555555555555"
 EARLIER_BOOT = "99999999-2222-3333-4444-555555555555"

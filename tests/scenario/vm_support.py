@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from vmtests.driver.qemu import QemuMachine
-from vmtests.driver.targets import machine_from_target
+from vmtests.guest.targets import machine_from_target
 from vmtests.scenario.reference_switch import SCENARIO_MEMORY_MB
 
 REFERENCE_TARGET = "qemu:reference"

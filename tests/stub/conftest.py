@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import pytest
 from stub_support import StartServer, base_env
 
-from vmtests.stub.local import LocalStubServer
+from vmtests.guest.local_stub import LocalStubServer
 
 
 @pytest.fixture

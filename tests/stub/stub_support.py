@@ -10,8 +10,9 @@ from typing import Any
 
 import requests
 
-from vmtests.stub import features, knobs
-from vmtests.stub.local import LocalStubServer
+from vmtests.contracts import features
+from vmtests.guest.local_stub import LocalStubServer
+from vmtests.stub import knobs
 
 # The production command line (cfx-llm2) as modules/serving/core.nix renders it; host and port
 # are replaced per test. The nix-marked banner test checks the core's real output as well.

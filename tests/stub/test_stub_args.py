@@ -8,8 +8,8 @@ import sys
 import pytest
 from stub_support import PRODUCTION_ARGS
 
+from vmtests.guest.local_stub import PACKAGE_PARENT
 from vmtests.stub.args import parse_args
-from vmtests.stub.local import PACKAGE_PARENT
 
 
 def test_production_command_line_parses_with_vllm_defaults_filled_in() -> None:

@@ -14,8 +14,8 @@ from stub_support import (
     feature_env,
 )
 
-from vmtests.stub import features
-from vmtests.stub.local import LocalStubServer
+from vmtests.contracts import features
+from vmtests.guest.local_stub import LocalStubServer
 
 PREFIX = re.compile(
     r"^\((APIServer|EngineCore_DP0) pid=(\d+)\) (INFO|WARNING) "

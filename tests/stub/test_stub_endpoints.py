@@ -19,8 +19,8 @@ from stub_support import (
     sse_events,
 )
 
+from vmtests.guest.local_stub import LocalStubServer
 from vmtests.stub import textgen
-from vmtests.stub.local import LocalStubServer
 
 WEATHER_TOOL = {
     "type": "function",

@@ -7,6 +7,7 @@ import hashlib
 import pytest
 from stub_support import BASELINE_ARGS, StartServer, post
 
+from vmtests.contracts import features as feature_table
 from vmtests.stub import faults, features, knobs, latency
 
 BODY = {
@@ -59,7 +60,7 @@ def test_output_salt_changes_the_output_sha(start_server: StartServer) -> None:
 
 
 def _model(names: list[str], async_scheduling: bool, env: dict[str, str]) -> latency.LatencyModel:
-    feature_env = {features.env_name(name): features.env_value(name) for name in names}
+    feature_env = {feature_table.env_name(name): feature_table.env_value(name) for name in names}
     active = features.resolve(
         feature_env, prefix_caching=True, mamba_cache_mode="align", tool_call_parser=None,
         auto_tool_choice=False,

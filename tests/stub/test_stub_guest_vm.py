@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 from stub_support import PRODUCTION_ARGS, PRODUCTION_ENV
 
+from vmtests.contracts import features
 from vmtests.driver.machine import Machine
-from vmtests.stub import device, features, guest_install
+from vmtests.guest import stub_layer
+from vmtests.stub import device
 
 GUEST_PORT = 8000
 PROBE_UNIT = "stub-probe"
@@ -33,22 +35,22 @@ def check_device_layer(machine: Machine) -> None:
     """The node is a 0666 char device with the stub major, and tt-smi reports one p150a."""
     stat = machine.succeed(f"stat -c '%F %a %t:%T' {device.STUB_DEVICE}").strip()
     assert stat == f"character special file 666 {device.STUB_MAJOR:x}:0"
-    snapshot = json.loads(guest_install.check_stub_device_layer(machine))
+    snapshot = json.loads(stub_layer.check_stub_device_layer(machine))
     assert snapshot["host_info"]["Driver"] == f"TT-KMD {device.STUB_DRIVER_VERSION}"
     assert [board["board_info"]["board_type"] for board in snapshot["device_info"]] == ["p150a"]
 
 
 @pytest.mark.vm
 def test_install_serve_and_survive_a_reboot(guest: Machine) -> None:
-    guest_install.install_stub_device_layer(guest)
-    guest_install.install_stub_device_layer(guest)  # idempotent: a second run changes nothing
+    stub_layer.install_stub_device_layer(guest)
+    stub_layer.install_stub_device_layer(guest)  # idempotent: a second run changes nothing
     check_device_layer(guest)
-    features_json = f"{guest_install.GUEST_PACKAGE}/stub/features.json"
+    features_json = f"{stub_layer.GUEST_PACKAGE}/contracts/features.json"
     guest.succeed(f"test -f {features_json} && test ! -L {features_json}")
 
     setenv = " ".join(f"--setenv={name}={value}" for name, value in PRODUCTION_ENV.items())
     args = " ".join(shlex.quote(arg) for arg in [*PRODUCTION_ARGS, "--port", str(GUEST_PORT)])
-    guest.succeed(f"systemd-run --unit={PROBE_UNIT} {setenv} {guest_install.SERVER_PATH} {args}")
+    guest.succeed(f"systemd-run --unit={PROBE_UNIT} {setenv} {stub_layer.SERVER_PATH} {args}")
     guest.wait_for_open_port(GUEST_PORT, timeout=120)
     guest.succeed(f"curl -sf http://127.0.0.1:{GUEST_PORT}/health")
     journal = guest.journal(unit=PROBE_UNIT)

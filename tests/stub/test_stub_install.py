@@ -8,16 +8,17 @@ from pathlib import Path
 
 import pytest
 
+from vmtests.guest import stub_layer
 from vmtests.nixcore import REPO_ROOT
-from vmtests.stub import device, guest_install
+from vmtests.stub import device
 
 NIX_MODULE = REPO_ROOT / "modules" / "tenstorrent-stub.nix"
 
 
 def test_staged_package_resolves_features_json(tmp_path: Path) -> None:
-    staged = guest_install.stage_package(tmp_path)
-    copied = staged / "stub" / "features.json"
-    assert (REPO_ROOT / "vmtests" / "stub" / "features.json").is_symlink()
+    staged = stub_layer.stage_package(tmp_path)
+    copied = staged / "contracts" / "features.json"
+    assert (REPO_ROOT / "vmtests" / "contracts" / "features.json").is_symlink()
     assert copied.is_file()
     assert not copied.is_symlink()
     assert copied.read_text() == (REPO_ROOT / "modules" / "serving" / "features.json").read_text()
@@ -33,13 +34,13 @@ def test_tmpfiles_rules_create_a_char_device_in_the_local_major_range() -> None:
     major, minor = (int(part) for part in numbers.split(":"))
     assert 240 <= major <= 254
     assert minor == 0
-    assert guest_install.tmpfiles_conf().count("\n") == len(rules) + 1
+    assert stub_layer.tmpfiles_conf().count("\n") == len(rules) + 1
 
 
 def test_wrappers_run_the_installed_package() -> None:
-    script = guest_install.wrapper_script("vmtests.stub.tt_smi")
+    script = stub_layer.wrapper_script("vmtests.stub.tt_smi")
     assert script.startswith("#!/bin/sh\n")
-    assert f"PYTHONPATH={guest_install.GUEST_PYTHONPATH}" in script
+    assert f"PYTHONPATH={stub_layer.GUEST_PYTHONPATH}" in script
     assert 'exec python3 -m vmtests.stub.tt_smi "$@"' in script
 
 

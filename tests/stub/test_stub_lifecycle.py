@@ -20,8 +20,8 @@ from stub_support import (
 )
 
 from vmtests.driver.errors import WaitTimeout
+from vmtests.guest.local_stub import READY_LINE
 from vmtests.stub import knobs
-from vmtests.stub.local import READY_LINE
 
 
 def test_sigterm_drains_a_streaming_request_then_exits_0(start_server: StartServer) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from stub_support import BASELINE_ARGS, PRODUCTION_ARGS, PRODUCTION_ENV, base_env, feature_env
 
+from vmtests.guest.local_stub import run_to_exit
 from vmtests.stub import knobs
-from vmtests.stub.local import run_to_exit
 
 PREFIX_WITHOUT_SYNC = [arg for arg in PRODUCTION_ARGS if arg != "--no-async-scheduling"]
 

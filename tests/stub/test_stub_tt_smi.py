@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from stub_support import BASELINE_ARGS, StartServer, base_env
 
+from vmtests.guest.local_stub import PACKAGE_PARENT
 from vmtests.stub import knobs
-from vmtests.stub.local import PACKAGE_PARENT
 
 HOST_INFO_KEYS = ["OS", "Distro", "Kernel", "Hostname", "Platform", "Python", "Memory", "Driver"]
 BOARD_INFO_KEYS = {"bus_id", "board_type", "board_id", "coords", "dram_status", "dram_speed",

@@ -14,8 +14,8 @@ import threading
 import time
 from pathlib import Path
 
+from vmtests.contracts.instrumentation import BOOT_MARKER_RE
 from vmtests.driver.errors import WaitTimeout
-from vmtests.guest.contract import BOOT_MARKER_RE
 
 TAIL_LINES = 40
 

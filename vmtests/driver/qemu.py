@@ -3,7 +3,7 @@
 One ``QemuMachine`` is one guest with its own state directory (qcow2 overlay, console logs,
 QEMU's stderr), its own free host ports and its own QEMU process, which never outlives the
 session (``vmtests.driver.procs``). See ``qemu_launch`` for the command lines and
-``vmtests.guest.contract`` for what the guest provides.
+``vmtests.contracts.instrumentation`` for what the guest provides.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
+from vmtests.contracts.instrumentation import BACKDOOR_READY_RE
 from vmtests.driver import procs, qemu_launch
 from vmtests.driver.console import SerialConsole
 from vmtests.driver.errors import DriverError, MachineGone, WaitTimeout
@@ -41,7 +42,6 @@ from vmtests.driver.qemu_io import (
 )
 from vmtests.driver.shell import REBOOT_COMMAND, ShellChannel
 from vmtests.driver.tools import require_tools
-from vmtests.guest.contract import BACKDOOR_READY_RE
 
 # qemu.qmp logs every refused connection attempt at ERROR; our errors carry the evidence.
 logging.getLogger("qemu.qmp").setLevel(logging.CRITICAL)

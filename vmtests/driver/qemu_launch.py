@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vmtests.guest.contract import BACKDOOR_PORT_NAME
+from vmtests.contracts.instrumentation import BACKDOOR_PORT_NAME
 
 QEMU_BINARY = os.environ.get("VMTESTS_QEMU", "qemu-system-x86_64")
 ACCELS = ("auto", "kvm", "tcg")

@@ -22,15 +22,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from vmtests.contracts import instrumentation as contract
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
+from vmtests.driver.qemu import QemuMachine
 from vmtests.driver.tools import require_tools
-from vmtests.guest import contract
-
-if TYPE_CHECKING:
-    from vmtests.driver.qemu import QemuMachine
 
 SUITE = "bookworm"
 PACKAGES = (
@@ -325,7 +323,6 @@ def start_reference_guest(
     (``cpus``, ``boot_timeout``, ``kvm_probe_timeout``) go to ``QemuMachine``. The caller must
     ``shutdown()``/``close()`` it (or use it as a context manager).
     """
-    from vmtests.driver.qemu import QemuMachine  # noqa: PLC0415  (qemu imports this module)
 
     image = image or reference_image()
     machine = QemuMachine(

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from vmtests.contracts.features import module_banner_tag
 from vmtests.profiles.schema import HUGEPAGE_SIZES_KIB, Profile
-from vmtests.stub.features import module_banner_tag
 
 
 @dataclass(frozen=True)

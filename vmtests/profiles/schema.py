@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 import yaml
 
-from vmtests.stub.features import ENV_FEATURES, env_name
+from vmtests.contracts.features import ENV_FEATURES, env_name
 
 HUGEPAGE_SIZES_KIB = {"1G": 1024 * 1024, "2M": 2048}
 TOP_LEVEL_KEYS = frozenset(

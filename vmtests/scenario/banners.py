@@ -12,8 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from vmtests.scenario.snapshot import JournalLine
-from vmtests.stub.features import (
+from vmtests.contracts.features import (
     BANNER_ORDER,
     ENV_FEATURES,
     banner_text,
@@ -21,6 +20,7 @@ from vmtests.stub.features import (
     env_value,
     module_banner_tag,
 )
+from vmtests.scenario.snapshot import JournalLine
 from vmtests.stub.features import resolve as resolve_features
 
 

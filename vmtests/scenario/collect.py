@@ -15,12 +15,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_PORT, SERVING_UNIT
 from vmtests.driver.machine import Machine
 from vmtests.scenario.redact import redact_argv, redact_environment, redact_text
 from vmtests.scenario.snapshot import (
-    DEFAULT_PORT,
-    HUGEPAGES_UNIT,
-    SERVING_UNIT,
     Endpoint,
     HugepageState,
     JournalLine,
@@ -119,7 +117,7 @@ def take_snapshot(
     label: str,
     *,
     unit: str = SERVING_UNIT,
-    port: int = DEFAULT_PORT,
+    port: int = SERVING_PORT,
     hugepages_unit: str = HUGEPAGES_UNIT,
     container: str | None = None,
     timeout: float = SNAPSHOT_TIMEOUT,
@@ -154,7 +152,7 @@ def parse_snapshot(
     output: str,
     label: str,
     unit: str = SERVING_UNIT,
-    port: int = DEFAULT_PORT,
+    port: int = SERVING_PORT,
     hugepages_unit: str = HUGEPAGES_UNIT,
 ) -> Snapshot:
     """Build a (redacted) ``Snapshot`` from the snapshot script's output."""

@@ -16,9 +16,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from vmtests.contracts.features import ENV_FEATURES, banner_text, env_name
+from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_UNIT
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
+from vmtests.guest.stub_layer import GUEST_PYTHONPATH
 from vmtests.scenario.collect import take_snapshot
 from vmtests.scenario.reference_switch import (
     UNIT_DIR,
@@ -33,9 +36,6 @@ from vmtests.scenario.reference_switch import (
 )
 from vmtests.scenario.results import CheckResult
 from vmtests.scenario.scenario import evaluate_stage
-from vmtests.scenario.snapshot import HUGEPAGES_UNIT, SERVING_UNIT
-from vmtests.stub.features import ENV_FEATURES, banner_text, env_name
-from vmtests.stub.guest_install import GUEST_PYTHONPATH
 
 RUNTIME_DROP_IN_DIR = f"/run/systemd/system/{SERVING_UNIT}.d"
 DURABLE_DROP_IN_DIR = f"{UNIT_DIR}/{SERVING_UNIT}.d"

@@ -27,17 +27,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
+from vmtests.contracts.serving import HUGEPAGES_UNIT, READY_TIMEOUT, SERVING_PORT, SERVING_UNIT
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
+from vmtests.guest.stub_layer import GUEST_PYTHONPATH, install_stub_device_layer
 from vmtests.nixcore import CoreOutput, evaluate_core
 from vmtests.profiles import Profile
-from vmtests.scenario.snapshot import DEFAULT_PORT, HUGEPAGES_UNIT, SERVING_UNIT
-from vmtests.stub.guest_install import GUEST_PYTHONPATH, install_stub_device_layer
 
 UNIT_DIR = "/etc/systemd/system"
 BASE_SERVING_PROFILE = "hosts/profiles/baseline.nix"
 STOP_TIMEOUT_MARGIN = 30
-READY_TIMEOUT = 180.0
 SWITCH_TIMEOUT = 600.0
 # Guest memory for the scenario. A 1 GiB page needs a free, fully usable, 1 GiB-aligned region.
 # Below 4 GiB the pc machine leaves [0,1G) to the kernel and [2G,3G) ends 140 KiB short; early
@@ -85,7 +84,7 @@ class ServingConfig:
         args = list(self.args)
         if "--port" in args and args.index("--port") + 1 < len(args):
             return int(args[args.index("--port") + 1])
-        return DEFAULT_PORT
+        return SERVING_PORT
 
     def without_env(self, *names: str) -> ServingConfig:
         """The same configuration without the environment variables ``names``."""

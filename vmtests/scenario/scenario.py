@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
+from vmtests.contracts.serving import READY_TIMEOUT, SERVING_PORT
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
@@ -34,10 +35,8 @@ from vmtests.scenario.compare import (
 from vmtests.scenario.metering import DriverMeter, MeteredMachine
 from vmtests.scenario.reference_switch import Switcher, wait_ready
 from vmtests.scenario.results import CheckResult, as_informational, failed
-from vmtests.scenario.snapshot import DEFAULT_PORT, Snapshot
+from vmtests.scenario.snapshot import Snapshot
 from vmtests.scenario.sources import check_sources
-
-READY_TIMEOUT = 300.0
 
 
 def evaluate_stage(
@@ -93,7 +92,7 @@ class Scenario:
         *,
         target: str = "",
         base_profile: Profile | None = None,
-        port: int = DEFAULT_PORT,
+        port: int = SERVING_PORT,
         container: str | None = None,
         start_machine: bool = True,
     ) -> None:

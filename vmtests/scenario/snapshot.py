@@ -12,9 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-SERVING_UNIT = "tenstorrent-serving.service"
-HUGEPAGES_UNIT = "tenstorrent-hugepages.service"
-DEFAULT_PORT = 8000
+from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_PORT, SERVING_UNIT
 
 
 @dataclass
@@ -139,7 +137,7 @@ class Snapshot:
     models: Endpoint = field(default_factory=lambda: Endpoint("/v1/models"))
     hugepages: HugepageState = field(default_factory=HugepageState)
     generations: dict[str, str] = field(default_factory=dict)
-    port: int = DEFAULT_PORT
+    port: int = SERVING_PORT
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from vmtests.contracts.features import ENV_FEATURES, env_name
 from vmtests.scenario.redact import REDACTED
 from vmtests.scenario.results import CheckResult, failed, passed
 from vmtests.scenario.snapshot import Snapshot, UnitState
-from vmtests.stub.features import ENV_FEATURES, env_name
 
 # Manager variables every systemd sets or distributions preset; not a sign of a manual change.
 STANDARD_MANAGER_VARIABLES = frozenset({"PATH", "LANG", "LANGUAGE", "LOCALE_ARCHIVE", "TZDIR"})

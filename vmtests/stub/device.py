@@ -1,7 +1,7 @@
 """The stubbed P150 device layer as seen from user space: device nodes and the driver file.
 
 Shared by the stub server (refuses to start without the card) and the stub tt-smi. The stub
-layer is installed by ``guest_install.py`` (reference guest, hosts) and by
+layer is installed by ``vmtests.guest.stub_layer`` (reference guest, hosts) and by
 ``modules/tenstorrent-stub.nix`` (NixOS VMs), both with the same tmpfiles rules below.
 
 A real ``/dev/tenstorrent/N`` has tt-kmd's dynamic major. The stub node uses major

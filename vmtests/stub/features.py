@@ -1,56 +1,15 @@
-"""The qwen36 feature switches as the stub sees them, read only through ``features.json``.
+"""The qwen36 features as one stub server process runs them.
 
-``features.json`` (a symlink to ``modules/serving/features.json``) names the environment
-variables, their "on" values and the banner texts; the Nix core reads the same file, so the
-module and the stub cannot drift apart.
+The table itself (variable names, "on" values, banner texts) is ``vmtests.contracts.features``;
+this module only combines it with the server's environment and command line.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-FEATURES_FILE = Path(__file__).with_name("features.json")
-
-
-def load_features(path: Path = FEATURES_FILE) -> dict[str, Any]:
-    """Parse ``features.json``."""
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return data
-
-
-_FEATURES = load_features()
-
-# Features switched by environment variables (the rest come from the command line).
-ENV_FEATURES: tuple[str, ...] = tuple(_FEATURES["environment"])
-# Every feature with a banner, in the order the banners are printed.
-BANNER_ORDER: tuple[str, ...] = tuple(_FEATURES["banners"])
-
-
-def env_name(feature: str) -> str:
-    """The environment variable that switches ``feature`` (e.g. ``QWEN36_DEVICE_RESIDENT``)."""
-    if feature not in ENV_FEATURES:
-        known = ", ".join(ENV_FEATURES)
-        raise KeyError(f"unknown feature {feature!r} in {FEATURES_FILE}; known: {known}")
-    return str(_FEATURES["environment"][feature]["name"])
-
-
-def module_banner_tag() -> str:
-    """The tag that starts the module's one-line banner (``tenstorrent-serving-config:``)."""
-    return str(_FEATURES["moduleBanner"]["tag"])
-
-
-def env_value(feature: str) -> str:
-    """The value of ``env_name(feature)`` that turns the feature on."""
-    return str(_FEATURES["environment"][feature]["value"])
-
-
-def banner_text(feature: str, **fields: str) -> str:
-    """The self-identifying banner of ``feature`` with ``{mode}``/``{parser}`` filled in."""
-    return str(_FEATURES["banners"][feature]).format(**fields)
+from vmtests.contracts.features import BANNER_ORDER, banner_text, env_name, env_value
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vmtests.contracts import features as feature_table
 from vmtests.stub import features, knobs
 from vmtests.stub.args import ServeArgs
 from vmtests.stub.device import device_problem
@@ -96,8 +97,8 @@ def load_model(plan: Plan, env: knobs.Environ, printer: VllmLog) -> None:
     if active.device_resident and not active.device_argmax:
         raise StartupRefused(
             "refusal",
-            f"{features.env_name('deviceResident')}={features.env_value('deviceResident')} "
-            f"requires {features.env_name('deviceArgmax')}={features.env_value('deviceArgmax')}"
+            f"{feature_table.env_assignment('deviceResident')} "
+            f"requires {feature_table.env_assignment('deviceArgmax')}"
             " (the device-resident decode chain samples on device)",
         )
     for banner in active.banners():

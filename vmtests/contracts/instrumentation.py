@@ -1,6 +1,6 @@
 """The instrumentation contract between the host driver and every guest it drives.
 
-Written once, in ``contract.json`` next to this module, and exposed here. The reference
+Written once, in ``instrumentation.json`` next to this module, and exposed here. The reference
 guest builder (``vmtests/guest/image.py``) renders its units from these values,
 ``modules/test-instrumentation.nix`` implements the same contract for NixOS test VMs from the
 same JSON (``tests/driver/test_driver_contract.py`` checks that both render the same
@@ -34,7 +34,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-CONTRACT_FILE = Path(__file__).with_name("contract.json")
+CONTRACT_FILE = Path(__file__).with_name("instrumentation.json")
 """The contract's data; ``modules/test-instrumentation.nix`` reads the same file."""
 
 _DATA: dict[str, Any] = json.loads(CONTRACT_FILE.read_text())

@@ -36,7 +36,7 @@ def wrapper_script(module: str) -> str:
     """A shell wrapper running ``python3 -m module`` from the installed package."""
     return (
         "#!/bin/sh\n"
-        "# Installed by vmtests.stub.guest_install: the stubbed P150 device layer.\n"
+        "# Installed by vmtests.guest.stub_layer: the stubbed P150 device layer.\n"
         f"PYTHONPATH={GUEST_PYTHONPATH}${{PYTHONPATH:+:$PYTHONPATH}}\n"
         "export PYTHONPATH\n"
         f'exec python3 -m {module} "$@"\n'

@@ -13,10 +13,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+from vmtests.contracts.serving import SERVING_PORT
 from vmtests.driver.machine import Machine
-
-SERVING_PORT = 8000
-"""The serving port forwarded by default for QEMU targets."""
+from vmtests.driver.qemu import QemuMachine
+from vmtests.driver.ssh import SshMachine
 
 _SSH_RE = re.compile(
     r"^ssh://(?:(?P<user>[^@/]+)@)?(?P<host>\[[^\]]+\]|[^:/]+)(?::(?P<port>\d+))?/?$"
@@ -64,7 +64,6 @@ def machine_from_target(target: str, state_dir: Path, **options: Any) -> Machine
     """
     state_dir = Path(state_dir)
     if target == "qemu:reference":
-        from vmtests.driver.qemu import QemuMachine  # noqa: PLC0415  (avoid import cycle)
         from vmtests.guest.image import reference_image  # noqa: PLC0415
 
         chosen = _pick(options, QEMU_OPTIONS, target)
@@ -81,8 +80,6 @@ def machine_from_target(target: str, state_dir: Path, **options: Any) -> Machine
             **chosen,
         )
     if target.startswith("qemu-nixos:"):
-        from vmtests.driver.qemu import QemuMachine  # noqa: PLC0415
-
         script = Path(target.removeprefix("qemu-nixos:")).expanduser()
         if not script.is_file():
             raise TargetError(f"{target}: no run-vm script at {script}")
@@ -96,8 +93,6 @@ def machine_from_target(target: str, state_dir: Path, **options: Any) -> Machine
             **chosen,
         )
     if target.startswith("ssh://"):
-        from vmtests.driver.ssh import SshMachine  # noqa: PLC0415
-
         user, host, port = parse_ssh_target(target)
         chosen = _pick(options, SSH_OPTIONS, target)
         return SshMachine(host=host, port=port, user=user or "root", **chosen)

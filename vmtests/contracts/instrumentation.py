@@ -86,3 +86,21 @@ def backdoor_script(shell: str = "/bin/sh") -> str:
     ):
         text = text.replace(key, value)
     return text
+
+
+CONSOLE_LOG_LEVEL: int = int(_DATA["consoleLogLevel"])
+"""Kernel ``loglevel=`` of every guest: the ``Linux version`` line (a notice, level 5) must reach
+the serial console, which NixOS's default of 4 prevents (nixpkgs
+``nixos/modules/system/boot/kernel.nix``)."""
+
+KERNEL_PARAMS: tuple[str, ...] = tuple(_DATA["kernelParams"]) + (f"loglevel={CONSOLE_LOG_LEVEL}",)
+"""Kernel parameters every guest boots with."""
+
+GUEST_MEMORY_MB: int = int(_DATA["resources"]["memoryMB"])
+"""Memory of every test guest, NixOS VM and reference guest alike."""
+
+GUEST_CPUS: int = int(_DATA["resources"]["cpus"])
+"""vCPUs of every test guest."""
+
+GUEST_TOOLS: dict[str, str] = dict(_DATA["tools"])
+"""Every program the suite runs inside a guest, mapped to the nixpkgs attribute providing it."""

@@ -93,7 +93,7 @@ CONSOLE_LOG_LEVEL: int = int(_DATA["consoleLogLevel"])
 the serial console, which NixOS's default of 4 prevents (nixpkgs
 ``nixos/modules/system/boot/kernel.nix``)."""
 
-KERNEL_PARAMS: tuple[str, ...] = tuple(_DATA["kernelParams"]) + (f"loglevel={CONSOLE_LOG_LEVEL}",)
+KERNEL_PARAMS: tuple[str, ...] = (*_DATA["kernelParams"], f"loglevel={CONSOLE_LOG_LEVEL}")
 """Kernel parameters every guest boots with."""
 
 GUEST_MEMORY_MB: int = int(_DATA["resources"]["memoryMB"])

@@ -27,14 +27,10 @@ from vmtests.profiles import Profile, ProfileError, available_profiles, load_pro
 from vmtests.report import write_controls_report, write_scenario_report
 from vmtests.scenario.controls import ControlOutcome, check_correct_configuration, run_controls
 from vmtests.scenario.redact import redact_text
-from vmtests.scenario.reference_switch import (
-    SCENARIO_MEMORY_MB,
-    CommandSwitch,
-    ReferenceSwitch,
-    Switcher,
-)
+from vmtests.scenario.reference_switch import SCENARIO_MEMORY_MB, ReferenceSwitch
 from vmtests.scenario.results import CheckResult
 from vmtests.scenario.scenario import Scenario, ScenarioResult
+from vmtests.scenario.switching import CommandSwitch, Switcher
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 REFERENCE_TARGET = "qemu:reference"

@@ -1,21 +1,29 @@
 """The ``Machine`` interface: one API for the QEMU backend and the SSH backend.
 
 The scenario, checks and hardware gates only ever talk to a ``Machine``, so the steps run on a
-VM and on a real P150 host are the same code. Backends implement the abstract primitives
-(``start``, ``shutdown``, ``crash``, ``close``, ``execute``, ``_issue_reboot``,
-``_wait_until_answering``); everything built on top of them lives here once.
+VM and on a real P150 host are the same code. Backends implement the private primitives
+(``_start``, ``_shutdown``, ``_crash``, ``_close``, ``_run``, ``_issue_reboot``,
+``_wait_until_answering``); the public methods built on top of them live here once, and each
+public call is reported to the observers registered with ``observe`` (the scenario meters its
+driver time that way).
+
+Values reach guest commands quoted by the driver, as in testinfra's ``run("cmd %s", arg)``:
+``machine.succeed("cat %s", path)`` quotes ``path`` with ``shlex.quote`` (a list or tuple
+becomes several quoted words). Without arguments the command is sent as written.
 """
 
 from __future__ import annotations
 
 import abc
+import base64
 import shlex
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Self, TypeAlias
 
 from vmtests.driver import transfer
 from vmtests.driver.errors import CommandFailed, DriverError, WaitTimeout
@@ -37,7 +45,6 @@ class CommandResult:
     stdout: bytes
     stderr: bytes
     duration: float = 0.0
-    extra: dict[str, str] = field(default_factory=dict)
 
     @property
     def stdout_text(self) -> str:
@@ -55,36 +62,57 @@ class CommandResult:
         return self.rc == 0
 
 
+Observer: TypeAlias = Callable[[str, float, CommandResult | None], None]
+"""Called after each public ``Machine`` call with its name, its seconds and, for ``execute``,
+its result. Calls made inside another public call (the commands of a ``copy_to``) are not
+reported again: the outer call's time already holds them."""
+
+
+def render_command(command: str, args: tuple[object, ...]) -> str:
+    """``command % args`` with every argument shell-quoted; ``command`` itself when no args.
+
+    A list or tuple argument becomes its items, each quoted, separated by spaces. With
+    arguments, a literal ``%`` in ``command`` is written ``%%``.
+    """
+    if not args:
+        return command
+
+    def quote(value: object) -> str:
+        if isinstance(value, list | tuple):
+            return " ".join(shlex.quote(str(item)) for item in value)
+        return shlex.quote(str(value))
+
+    return command % tuple(quote(value) for value in args)
+
+
 class Machine(abc.ABC):
     """A machine under test: a QEMU guest or a real host reached over ssh."""
 
     name: str
+    _observers: list[Observer]
+    _depth: int
 
     # ---- primitives every backend implements -------------------------------------------------
 
     @abc.abstractmethod
-    def start(self) -> None:
+    def _start(self) -> None:
         """Start the machine (or connect to it) and wait until commands can run."""
 
     @abc.abstractmethod
-    def shutdown(self, timeout: float = DEFAULT_REBOOT_TIMEOUT) -> None:
+    def _shutdown(self, timeout: float) -> None:
         """Power the machine off cleanly and wait until it is gone."""
 
     @abc.abstractmethod
-    def crash(self) -> None:
+    def _crash(self) -> None:
         """Power the machine off hard, without a clean shutdown."""
 
     @abc.abstractmethod
-    def close(self) -> None:
+    def _close(self) -> None:
         """Release everything the backend holds (QEMU killed, ssh session closed); idempotent."""
 
     @abc.abstractmethod
-    def execute(self, command: str, timeout: float = DEFAULT_COMMAND_TIMEOUT) -> CommandResult:
-        """Run ``command`` as root through ``sh -c``; return rc, stdout and stderr.
-
-        Raises ``WaitTimeout`` when the command runs longer than ``timeout`` (the machine stays
-        usable) and ``MachineGone`` when the machine stops answering.
-        """
+    def _run(self, command: str, timeout: float) -> CommandResult:
+        """Run ``command`` (already rendered) as root through ``sh -c``."""
 
     @abc.abstractmethod
     def _issue_reboot(self) -> None:
@@ -94,7 +122,53 @@ class Machine(abc.ABC):
     def _wait_until_answering(self, deadline: float) -> None:
         """Block until commands run again after a reboot, or raise ``WaitTimeout`` at deadline."""
 
-    # ---- shared behaviour built on the primitives --------------------------------------------
+    # ---- observation -------------------------------------------------------------------------
+
+    def observe(self, observer: Observer) -> Callable[[], None]:
+        """Call ``observer(name, seconds, result)`` after every outermost public call.
+
+        Returns a function that stops the observation.
+        """
+        observers: list[Observer] = self.__dict__.setdefault("_observers", [])
+        observers.append(observer)
+        return lambda: observers.remove(observer)
+
+    @contextmanager
+    def _observed(self, name: str, result: list[CommandResult]) -> Iterator[None]:
+        """Time the block; report it to the observers unless it runs inside another call."""
+        depth = self.__dict__.get("_depth", 0)
+        self._depth = depth + 1
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self._depth = depth
+            if depth == 0:
+                seconds = time.monotonic() - start
+                for observer in self.__dict__.get("_observers", []):
+                    observer(name, seconds, result[0] if result else None)
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the machine (or connect to it) and wait until commands can run."""
+        with self._observed("start", []):
+            self._start()
+
+    def shutdown(self, timeout: float = DEFAULT_REBOOT_TIMEOUT) -> None:
+        """Power the machine off cleanly and wait until it is gone."""
+        with self._observed("shutdown", []):
+            self._shutdown(timeout)
+
+    def crash(self) -> None:
+        """Power the machine off hard, without a clean shutdown."""
+        with self._observed("crash", []):
+            self._crash()
+
+    def close(self) -> None:
+        """Release everything the backend holds (QEMU killed, ssh session closed); idempotent."""
+        with self._observed("close", []):
+            self._close()
 
     def __enter__(self) -> Self:
         """Start the machine when entering a ``with`` block."""
@@ -110,34 +184,77 @@ class Machine(abc.ABC):
         """Close the machine when leaving the block, whatever happened."""
         self.close()
 
-    def succeed(self, command: str, timeout: float = DEFAULT_COMMAND_TIMEOUT) -> str:
-        """Run ``command``; return its stdout as text, raise ``CommandFailed`` on rc != 0."""
-        result = self.execute(command, timeout)
+    # ---- commands ----------------------------------------------------------------------------
+
+    def execute(
+        self, command: str, *args: object, timeout: float = DEFAULT_COMMAND_TIMEOUT
+    ) -> CommandResult:
+        """Run ``command`` (``%s`` filled with the quoted ``args``) as root through ``sh -c``.
+
+        Returns rc, stdout and stderr. Raises ``WaitTimeout`` when the command runs longer than
+        ``timeout`` (the machine stays usable) and ``MachineGone`` when the machine stops
+        answering.
+        """
+        rendered = render_command(command, args)
+        result: list[CommandResult] = []
+        with self._observed("execute", result):
+            result.append(self._run(rendered, timeout))
+        return result[0]
+
+    def succeed(self, command: str, *args: object, timeout: float = DEFAULT_COMMAND_TIMEOUT) -> str:
+        """Run ``command`` (see ``execute``); return stdout; raise ``CommandFailed`` on rc != 0."""
+        result = self.execute(command, *args, timeout=timeout)
         if result.rc != 0:
             raise CommandFailed(result)
         return result.stdout_text
 
-    def fail(self, command: str, timeout: float = DEFAULT_COMMAND_TIMEOUT) -> str:
-        """Run ``command``; return its stderr as text, raise ``CommandFailed`` on rc == 0."""
-        result = self.execute(command, timeout)
+    def fail(self, command: str, *args: object, timeout: float = DEFAULT_COMMAND_TIMEOUT) -> str:
+        """Run ``command`` (see ``execute``); return stderr; raise ``CommandFailed`` on rc == 0."""
+        result = self.execute(command, *args, timeout=timeout)
         if result.rc == 0:
             raise CommandFailed(result, expectation="a non-zero exit status")
         return result.stderr_text
 
     def copy_to(self, source: Path, destination: str, timeout: float = 120.0) -> None:
         """Copy a host file or directory to ``destination`` on the machine (through commands)."""
-        with log.nested(f"copying {source} to {self.name}:{destination}"):
+        with (
+            log.nested(f"copying {source} to {self.name}:{destination}"),
+            self._observed("copy_to", []),
+        ):
             transfer.copy_to(self, source, destination, timeout)
 
     def copy_from(self, source: str, destination: Path, timeout: float = 120.0) -> None:
         """Copy a file or directory at ``source`` on the machine to the host (through commands)."""
-        with log.nested(f"copying {self.name}:{source} to {destination}"):
+        with (
+            log.nested(f"copying {self.name}:{source} to {destination}"),
+            self._observed("copy_from", []),
+        ):
             transfer.copy_from(self, source, destination, timeout)
 
+    def write_file(self, path: str, text: str, timeout: float = DEFAULT_COMMAND_TIMEOUT) -> None:
+        """Write ``text`` to ``path`` atomically (a temporary file renamed into place).
+
+        The parent directory is created. The text travels base64-encoded in the command, so it
+        may hold any characters; keep it under about 90 KiB (one command argument).
+        """
+        encoded = base64.b64encode(text.encode()).decode()
+        with self._observed("write_file", []):
+            self.succeed(
+                'mkdir -p "$(dirname %s)" && printf %%s %s | base64 -d > %s && mv %s %s',
+                path,
+                encoded,
+                f"{path}.tmp",
+                f"{path}.tmp",
+                path,
+                timeout=timeout,
+            )
+
     def wait_until_succeeds(
-        self, command: str, timeout: float = DEFAULT_WAIT_TIMEOUT
+        self, command: str, *args: object, timeout: float = DEFAULT_WAIT_TIMEOUT
     ) -> CommandResult:
-        """Retry ``command`` until it exits 0; raise ``WaitTimeout`` with its last output."""
+        """Retry ``command`` (see ``execute``) until it exits 0; raise ``WaitTimeout`` with its
+        last output."""
+        command = render_command(command, args)
         last: list[CommandResult] = []
 
         def attempt() -> bool:
@@ -156,11 +273,10 @@ class Machine(abc.ABC):
 
         On failure or timeout the error carries ``systemctl status`` and the unit's journal tail.
         """
-        quoted = shlex.quote(unit)
         state: list[str] = [""]
 
         def attempt() -> bool:
-            result = self.execute(f"systemctl show -p ActiveState --value {quoted}")
+            result = self.execute("systemctl show -p ActiveState --value %s", unit)
             state[0] = result.stdout_text.strip()
             if state[0] == "failed":
                 raise DriverError(
@@ -194,12 +310,12 @@ class Machine(abc.ABC):
 
     def journal(self, unit: str | None = None, boot: str = "0", lines: int | None = None) -> str:
         """Return journal lines of ``boot`` (default: the current boot), optionally of one unit."""
-        command = f"journalctl --no-pager -o short-iso -b {shlex.quote(boot)}"
+        words = ["journalctl", "--no-pager", "-o", "short-iso", "-b", boot]
         if unit is not None:
-            command += f" -u {shlex.quote(unit)}"
+            words += ["-u", unit]
         if lines is not None:
-            command += f" -n {int(lines)}"
-        return self.succeed(command)
+            words += ["-n", str(int(lines))]
+        return self.succeed("%s", words)
 
     def boot_id(self) -> str:
         """Return the kernel's boot ID of the running boot."""
@@ -212,7 +328,7 @@ class Machine(abc.ABC):
         ``DriverError`` if the same boot answers again.
         """
         old = self.boot_id()
-        with log.nested(f"rebooting {self.name} (boot {old})"):
+        with log.nested(f"rebooting {self.name} (boot {old})"), self._observed("reboot", []):
             self._issue_reboot()
             deadline = time.monotonic() + timeout
             self._wait_until_answering(deadline)
@@ -227,10 +343,9 @@ class Machine(abc.ABC):
 
     def unit_diagnostics(self, unit: str) -> str:
         """``systemctl status`` and the last journal lines of ``unit`` in this boot."""
-        quoted = shlex.quote(unit)
-        status = self.execute(f"systemctl status --no-pager -l {quoted}", timeout=30)
+        status = self.execute("systemctl status --no-pager -l %s", unit, timeout=30)
         journal = self.execute(
-            f"journalctl --no-pager -b 0 -u {quoted} -n {JOURNAL_TAIL_LINES}", timeout=30
+            "journalctl --no-pager -b 0 -u %s -n %s", unit, JOURNAL_TAIL_LINES, timeout=30
         )
         return (
             f"--- systemctl status {unit} ---\n{status.stdout_text.rstrip()}\n"

@@ -19,6 +19,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -143,3 +144,11 @@ def _make_handler(
         os.kill(os.getpid(), signum)
 
     return handler
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now (the caller binds it moments later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port

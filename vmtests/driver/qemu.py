@@ -29,7 +29,6 @@ from vmtests.driver.console import SerialConsole
 from vmtests.driver.errors import DriverError, MachineGone, WaitTimeout
 from vmtests.driver.log import log
 from vmtests.driver.machine import (
-    DEFAULT_COMMAND_TIMEOUT,
     DEFAULT_REBOOT_TIMEOUT,
     CommandResult,
     Machine,
@@ -141,7 +140,7 @@ class QemuMachine(Machine):
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def _start(self) -> None:
         """Boot the guest and wait until the backdoor is ready (``boot_timeout``).
 
         A start that fails kills QEMU before raising: nothing is left running.
@@ -200,7 +199,7 @@ class QemuMachine(Machine):
     def _launch(self, accel: str) -> None:
         """Start QEMU under ``accel`` and connect console, backdoor and QMP."""
         for attempt in range(1, PORT_ATTEMPTS + 1):
-            self._forwards = {port: qemu_launch.free_port() for port in self.guest_ports}
+            self._forwards = {port: procs.free_port() for port in self.guest_ports}
             with log.nested(f"launching QEMU ({accel}) for {self.name}"):
                 if self._try_launch(accel):
                     self.accel_used = accel
@@ -336,7 +335,7 @@ class QemuMachine(Machine):
             self._ready = True
             log.info(f"boot {boot_id} ready (console boot #{self._boot_index})")
 
-    def shutdown(self, timeout: float = DEFAULT_REBOOT_TIMEOUT) -> None:
+    def _shutdown(self, timeout: float) -> None:
         """Power off cleanly (``systemctl poweroff``, then ACPI via QMP) and wait for exit."""
         if not self.process_running:
             self.close()
@@ -361,7 +360,7 @@ class QemuMachine(Machine):
             if not exited:
                 raise WaitTimeout(f"{self.name} to power off", time.monotonic() - start, tail)
 
-    def crash(self) -> None:
+    def _crash(self) -> None:
         """Power off hard: QMP ``quit`` (no guest shutdown), then make sure QEMU is gone."""
         with log.nested(f"crashing {self.name}"):
             self._qmp_command("quit")
@@ -391,7 +390,7 @@ class QemuMachine(Machine):
             assert self._boot_id is not None
             return self._boot_id
 
-    def close(self) -> None:
+    def _close(self) -> None:
         """Release everything: kill QEMU if still running, close sockets, remove the run dir."""
         self._ready = False
         if self._qmp is not None:
@@ -438,7 +437,7 @@ class QemuMachine(Machine):
             raise MachineGone(f"{self.name} is not running")
         return self._channel
 
-    def execute(self, command: str, timeout: float = DEFAULT_COMMAND_TIMEOUT) -> CommandResult:
+    def _run(self, command: str, timeout: float) -> CommandResult:
         """Run ``command`` as root over the backdoor port; rc, stdout and stderr separately."""
         if not self._ready:
             raise MachineGone(f"{self.name}: the backdoor is not ready (not started/rebooting)")

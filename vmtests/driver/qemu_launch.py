@@ -16,7 +16,6 @@ sockets the driver listens on, and QMP listens on a third socket.
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,14 +41,6 @@ class LaunchSpec:
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now (QEMU binds it moments later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def hostfwd(forwards: Mapping[int, int]) -> str:

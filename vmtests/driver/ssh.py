@@ -24,8 +24,6 @@ from vmtests.driver import procs
 from vmtests.driver.errors import DriverError, MachineGone, WaitTimeout
 from vmtests.driver.log import log
 from vmtests.driver.machine import (
-    DEFAULT_COMMAND_TIMEOUT,
-    DEFAULT_REBOOT_TIMEOUT,
     CommandResult,
     Machine,
 )
@@ -218,7 +216,7 @@ class SshMachine(Machine):
 
     # ---- Machine primitives ------------------------------------------------------------------
 
-    def start(self) -> None:
+    def _start(self) -> None:
         """Connect (retrying for ``start_timeout``) and wait until commands run."""
         if self._channel is not None:
             return
@@ -226,7 +224,7 @@ class SshMachine(Machine):
         with log.nested(f"connecting to {self.name} over ssh"):
             self._connect(time.monotonic() + self.start_timeout)
 
-    def execute(self, command: str, timeout: float = DEFAULT_COMMAND_TIMEOUT) -> CommandResult:
+    def _run(self, command: str, timeout: float) -> CommandResult:
         """Run ``command`` as root (directly or via sudo); rc, stdout and stderr separately."""
         if self._channel is None:
             raise MachineGone(f"{self.name}: not connected (call start())")
@@ -238,14 +236,16 @@ class SshMachine(Machine):
         log.info(f"{self.name}$ {command[:120]!s} -> rc={result.rc} ({result.duration:.2f}s)")
         return result
 
-    def shutdown(self, timeout: float = DEFAULT_REBOOT_TIMEOUT) -> None:
+    def _shutdown(self, timeout: float) -> None:
         """Power the host off and wait until the session drops."""
         with log.nested(f"powering off {self.name}"):
-            self.execute(REBOOT_COMMAND.replace("systemctl reboot", "systemctl poweroff"), 30)
+            self.execute(
+                REBOOT_COMMAND.replace("systemctl reboot", "systemctl poweroff"), timeout=30
+            )
             self._wait_session_end(time.monotonic() + timeout)
             self._disconnect()
 
-    def crash(self) -> None:
+    def _crash(self) -> None:
         """Power off hard through magic SysRq ``o`` (no clean shutdown)."""
         with log.nested(f"crashing {self.name}"):
             channel = self._channel
@@ -258,7 +258,7 @@ class SshMachine(Machine):
     def _issue_reboot(self) -> None:
         """Ask systemd to reboot (returns at once), remembering the boot that must end."""
         self._pre_reboot_boot_id = self.boot_id()
-        self.execute(REBOOT_COMMAND, 30)
+        self.execute(REBOOT_COMMAND, timeout=30)
 
     def _wait_until_answering(self, deadline: float) -> None:
         """Wait for the old session to drop, then reconnect to a new boot by ``deadline``."""
@@ -290,7 +290,7 @@ class SshMachine(Machine):
 
     # ---- lifecycle helpers -------------------------------------------------------------------
 
-    def close(self) -> None:
+    def _close(self) -> None:
         """Close the ssh session; the host keeps running."""
         self._disconnect()
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import io
-import shlex
 import shutil
 import tarfile
 import tempfile
@@ -39,7 +38,7 @@ def copy_to(machine: Machine, source: Path, destination: str, timeout: float) ->
     deadline = time.monotonic() + timeout
     staging = machine.succeed("mktemp -d", timeout=30).strip()
     try:
-        tar = shlex.quote(f"{staging}/x.tar")
+        tar = f"{staging}/x.tar"
         for offset in range(0, len(data), CHUNK_BYTES):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -49,30 +48,36 @@ def copy_to(machine: Machine, source: Path, destination: str, timeout: float) ->
                     f"{offset} of {len(data)} bytes sent",
                 )
             chunk = base64.b64encode(data[offset : offset + CHUNK_BYTES]).decode()
-            machine.succeed(f"printf %s {chunk} | base64 -d >> {tar}", timeout=remaining)
-        dest = shlex.quote(destination)
-        payload = shlex.quote(f"{staging}/{PAYLOAD}")
+            machine.succeed("printf %%s %s | base64 -d >> %s", chunk, tar, timeout=remaining)
+        payload = f"{staging}/{PAYLOAD}"
         if source.is_dir():
-            place = f"mkdir -p {dest} && cp -a {payload}/. {dest}/"
+            place = "mkdir -p %s && cp -a %s/. %s/"
+            where = (destination, payload, destination)
         else:
-            place = f'mkdir -p "$(dirname {dest})" && cp -a {payload} {dest}'
+            place = 'mkdir -p "$(dirname %s)" && cp -a %s %s'
+            where = (destination, payload, destination)
         machine.succeed(
-            f"tar -x -f {tar} -C {shlex.quote(staging)} && {place}",
+            f"tar -x -f %s -C %s && {place}",
+            tar,
+            staging,
+            *where,
             timeout=max(30.0, deadline - time.monotonic()),
         )
     finally:
-        machine.execute(f"rm -rf {shlex.quote(staging)}", timeout=30)
+        machine.execute("rm -rf %s", staging, timeout=30)
 
 
 def copy_from(machine: Machine, source: str, destination: Path, timeout: float) -> None:
     """Copy file or directory ``source`` on ``machine`` to host path ``destination``."""
     src = source.rstrip("/") or "/"
     parent, _, name = src.rpartition("/")
-    command = (
-        f"tar -c -f - -C {shlex.quote(parent or '/')} "
-        f"--transform {shlex.quote(f's,^{name},{PAYLOAD},')} {shlex.quote(name)}"
+    result = machine.execute(
+        "tar -c -f - -C %s --transform %s %s",
+        parent or "/",
+        f"s,^{name},{PAYLOAD},",
+        name,
+        timeout=timeout,
     )
-    result = machine.execute(command, timeout=timeout)
     if result.rc != 0:
         raise CommandFailed(result)
     with tempfile.TemporaryDirectory(prefix="vmtests-copy-") as tmp:

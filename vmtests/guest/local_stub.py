@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,14 +23,6 @@ from vmtests.driver.errors import WaitTimeout
 READY_LINE = "Application startup complete."
 PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 TAIL_LINES = 30
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def with_endpoint(args: Sequence[str], host: str, port: int) -> list[str]:
@@ -53,7 +44,7 @@ class LocalStubServer:
     """One ``python3 -m vmtests.stub.server`` child; use as a context manager."""
 
     def __init__(self, args: Sequence[str], env: Mapping[str, str] | None = None) -> None:
-        self.port = free_port()
+        self.port = procs.free_port()
         self.host = "127.0.0.1"
         self.args = with_endpoint(args, self.host, self.port)
         self.env = dict(env or {})

@@ -15,7 +15,6 @@ same layer ``modules/tenstorrent-stub.nix`` declares for NixOS VMs (same tmpfile
 
 from __future__ import annotations
 
-import shlex
 import shutil
 import tempfile
 from pathlib import Path
@@ -87,21 +86,18 @@ def install_stub_device_layer(machine: Machine) -> None:
             package = stage_package(Path(tmp))
             files = _stage_files(Path(tmp))
             incoming = f"{GUEST_PACKAGE}.incoming"
-            machine.succeed(f"rm -rf {shlex.quote(incoming)}")
+            machine.succeed("rm -rf %s", incoming)
             machine.copy_to(package, incoming)
             for destination, source in files.items():
                 machine.copy_to(source, destination)
-        package_q, incoming_q = shlex.quote(GUEST_PACKAGE), shlex.quote(incoming)
-        machine.succeed(f"rm -rf {package_q} && mv {incoming_q} {package_q}")
-        machine.succeed(f"chmod 0755 {TT_SMI_PATH} {SERVER_PATH} && chmod 0644 {TMPFILES_CONF}")
+        machine.succeed("rm -rf %s && mv %s %s", GUEST_PACKAGE, incoming, GUEST_PACKAGE)
+        machine.succeed("chmod 0755 %s && chmod 0644 %s", [TT_SMI_PATH, SERVER_PATH], TMPFILES_CONF)
         # Apply the rules now; at boot systemd-tmpfiles-setup(-dev).service applies them.
-        machine.succeed(f"systemd-tmpfiles --create {TMPFILES_CONF}")
+        machine.succeed("systemd-tmpfiles --create %s", TMPFILES_CONF)
         check_stub_device_layer(machine)
 
 
 def check_stub_device_layer(machine: Machine) -> str:
     """Check the layer works (char device, driver file, ``tt-smi -s``); return the snapshot."""
-    node = shlex.quote(device.STUB_DEVICE)
-    driver = shlex.quote(knobs.DEFAULT_DRIVER_FILE)
-    machine.succeed(f"test -c {node} && test -s {driver}")
+    machine.succeed("test -c %s && test -s %s", device.STUB_DEVICE, knobs.DEFAULT_DRIVER_FILE)
     return machine.succeed(f"{TT_SMI_PATH} -s")

@@ -128,7 +128,9 @@ def take_snapshot(
     process's argv and environment; without it the unit's MainPID is the serving process.
     """
     start = time.monotonic()
-    result = machine.execute(snapshot_command(unit, port, hugepages_unit, container), timeout)
+    result = machine.execute(
+        snapshot_command(unit, port, hugepages_unit, container), timeout=timeout
+    )
     snapshot = parse_snapshot(result.stdout_text, label, unit, port, hugepages_unit)
     if result.rc != 0:
         snapshot.errors.append(f"snapshot script exited {result.rc}: {result.stderr_text[-500:]}")

@@ -11,7 +11,6 @@ must produce no failure at all (no false alarms).
 from __future__ import annotations
 
 import re
-import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -31,11 +30,10 @@ from vmtests.scenario.reference_switch import (
     install_units,
     render_serving_unit,
     systemd_quote,
-    wait_ready,
-    write_file,
 )
 from vmtests.scenario.results import CheckResult
 from vmtests.scenario.scenario import evaluate_stage
+from vmtests.scenario.switching import wait_ready
 
 RUNTIME_DROP_IN_DIR = f"/run/systemd/system/{SERVING_UNIT}.d"
 DURABLE_DROP_IN_DIR = f"{UNIT_DIR}/{SERVING_UNIT}.d"
@@ -107,7 +105,7 @@ def runtime_drop_in(machine: Machine, switch: ReferenceSwitch) -> None:
     """The durable unit lacks the features; a drop-in under /run adds them (lost at reboot)."""
     install_units(machine, _feature_free(switch), wait=False)
     lines = ["[Service]", "ExecStartPre=", "ExecStart=", *_exec_lines(switch.target), ""]
-    write_file(machine, f"{RUNTIME_DROP_IN_DIR}/50-validated.conf", "\n".join(lines))
+    machine.write_file(f"{RUNTIME_DROP_IN_DIR}/50-validated.conf", "\n".join(lines))
     _restart(machine)
 
 
@@ -116,7 +114,7 @@ def manager_environment(machine: Machine, switch: ReferenceSwitch) -> None:
     names = [env_name(feature) for feature in ENV_FEATURES]
     install_units(machine, switch.target.without_env(*names), wait=False)
     assignments = [f"{k}={v}" for k, v in switch.target.environment.items() if k in names]
-    machine.succeed("systemctl set-environment " + " ".join(map(shlex.quote, assignments)))
+    machine.succeed("systemctl set-environment %s", assignments)
     _restart(machine)
 
 
@@ -136,7 +134,7 @@ def lying_banner(machine: Machine, switch: ReferenceSwitch) -> None:
     """A durable drop-in prints the SDPA streaming banner; the environment lacks the switch."""
     install_units(machine, switch.target.without_env(env_name("sdpaStreaming")), wait=False)
     echo = f"ExecStartPre=/bin/echo {systemd_quote(banner_text('sdpaStreaming'))}"
-    write_file(machine, f"{DURABLE_DROP_IN_DIR}/50-banner.conf", f"[Service]\n{echo}\n")
+    machine.write_file(f"{DURABLE_DROP_IN_DIR}/50-banner.conf", f"[Service]\n{echo}\n")
     _restart(machine)
 
 
@@ -172,19 +170,15 @@ def hand_started(machine: Machine, switch: ReferenceSwitch) -> None:
     target = switch.target
     machine.succeed(f"systemctl stop {SERVING_UNIT}", timeout=120)
     environment = {"PYTHONPATH": GUEST_PYTHONPATH, **target.environment}
-    command = " ".join(
-        [
-            "env",
-            *(shlex.quote(f"{k}={v}") for k, v in environment.items()),
-            "setsid nohup python3 -m vmtests.stub.server",
-            *map(shlex.quote, target.args),
-        ]
-    )
     machine.succeed(
-        f"{command} > /var/log/vmtests-hand-serving.log 2>&1 < /dev/null & "
-        f"echo $! > {HAND_PID_FILE}"
+        "env %s setsid nohup python3 -m vmtests.stub.server %s "
+        "> /var/log/vmtests-hand-serving.log 2>&1 < /dev/null & echo $! > %s",
+        [f"{k}={v}" for k, v in environment.items()],
+        target.args,
+        HAND_PID_FILE,
     )
-    machine.wait_until_succeeds(f"curl -sf -m 5 http://127.0.0.1:{target.port}/health", 120)
+    health = f"http://127.0.0.1:{target.port}/health"
+    machine.wait_until_succeeds("curl -sf -m 5 %s", health, timeout=120)
 
 
 def transient_unit(machine: Machine, switch: ReferenceSwitch) -> None:
@@ -197,10 +191,10 @@ def transient_unit(machine: Machine, switch: ReferenceSwitch) -> None:
     )
     environment = {"PYTHONPATH": GUEST_PYTHONPATH, **target.environment}
     machine.succeed(
-        f"systemd-run --unit {SERVING_UNIT} "
-        + " ".join(f"-E {shlex.quote(f'{k}={v}')}" for k, v in environment.items())
-        + " /usr/bin/python3 -m vmtests.stub.server "
-        + " ".join(map(shlex.quote, target.args))
+        "systemd-run --unit %s %s /usr/bin/python3 -m vmtests.stub.server %s",
+        SERVING_UNIT,
+        [word for k, v in environment.items() for word in ("-E", f"{k}={v}")],
+        target.args,
     )
 
 
@@ -303,9 +297,8 @@ def reset_to_target(machine: Machine, switch: ReferenceSwitch) -> None:
         "systemctl daemon-reload; true",
         timeout=120,
     )
-    machine.wait_until_succeeds(
-        f"! curl -s -m 2 -o /dev/null http://127.0.0.1:{switch.target.port}/health", 60
-    )
+    health = f"http://127.0.0.1:{switch.target.port}/health"
+    machine.wait_until_succeeds("! curl -s -m 2 -o /dev/null %s", health, timeout=60)
     install_units(machine, switch.target)
 
 

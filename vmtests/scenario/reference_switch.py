@@ -20,42 +20,27 @@ production had it before the change, without the validated features.
 
 from __future__ import annotations
 
-import base64
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
 
-from vmtests.contracts.serving import HUGEPAGES_UNIT, READY_TIMEOUT, SERVING_PORT, SERVING_UNIT
+from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_PORT, SERVING_UNIT
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
 from vmtests.guest.stub_layer import GUEST_PYTHONPATH, install_stub_device_layer
 from vmtests.nixcore import CoreOutput, evaluate_core
 from vmtests.profiles import Profile
+from vmtests.scenario.switching import wait_ready
 
 UNIT_DIR = "/etc/systemd/system"
 BASE_SERVING_PROFILE = "hosts/profiles/baseline.nix"
 STOP_TIMEOUT_MARGIN = 30
-SWITCH_TIMEOUT = 600.0
 # Guest memory for the scenario. A 1 GiB page needs a free, fully usable, 1 GiB-aligned region.
 # Below 4 GiB the pc machine leaves [0,1G) to the kernel and [2G,3G) ends 140 KiB short; early
 # allocations sit at the top of memory and KASLR moves the kernel. Measured: 3072, 4096 and
 # 5120 MB reserved only 1 of 2 pages (at runtime and at boot); 6144 MB reserved 2 at boot but
 # sometimes 1 at switch time. Untouched guest memory costs the host nothing under TCG.
 SCENARIO_MEMORY_MB = 8192
-
-
-class Switcher(Protocol):
-    """How a target is taken from its base configuration to the profile's configuration."""
-
-    description: str
-
-    def prepare_base(self, machine: Machine) -> None:
-        """Bring ``machine`` to the base state S0 (may do nothing on a real host)."""
-
-    def apply(self, machine: Machine) -> None:
-        """Switch ``machine`` to the target configuration (the caller waits for /health)."""
 
 
 @dataclass(frozen=True)
@@ -158,22 +143,6 @@ def render_hugepages_unit(hugepages: Mapping[str, object]) -> str:
     )
 
 
-def write_file(machine: Machine, path: str, text: str) -> None:
-    """Write ``text`` to ``path`` on the machine atomically (tmp + rename), over any backend."""
-    encoded = base64.b64encode(text.encode()).decode()
-    directory, quoted = shlex.quote(str(Path(path).parent)), shlex.quote(path)
-    machine.succeed(
-        f"mkdir -p {directory} && echo {encoded} | base64 -d > {quoted}.tmp "
-        f"&& mv {quoted}.tmp {quoted}"
-    )
-
-
-def wait_ready(machine: Machine, port: int, timeout: float = READY_TIMEOUT) -> None:
-    """Wait until the serving unit is active and ``/health`` answers 200."""
-    machine.wait_for_unit(SERVING_UNIT, timeout)
-    machine.wait_until_succeeds(f"curl -sf -m 5 http://127.0.0.1:{port}/health", timeout)
-
-
 def _reserve_now(hugepages: Mapping[str, object]) -> str:
     """Start the hugepage unit now; retry after freeing memory when the pool came up short.
 
@@ -199,9 +168,9 @@ def install_units(
     wait: bool = True,
 ) -> None:
     """Write the units for ``config``; reload, enable, restart and wait unless told not to."""
-    write_file(machine, f"{UNIT_DIR}/{SERVING_UNIT}", render_serving_unit(config))
+    machine.write_file(f"{UNIT_DIR}/{SERVING_UNIT}", render_serving_unit(config))
     if config.hugepages:
-        write_file(machine, f"{UNIT_DIR}/{HUGEPAGES_UNIT}", render_hugepages_unit(config.hugepages))
+        machine.write_file(f"{UNIT_DIR}/{HUGEPAGES_UNIT}", render_hugepages_unit(config.hugepages))
     else:
         machine.succeed(
             f"systemctl disable --now {HUGEPAGES_UNIT} 2>/dev/null; "
@@ -260,23 +229,3 @@ class ReferenceSwitch:
     def apply(self, machine: Machine) -> None:
         """Render and install the target units, reload, enable and restart them."""
         install_units(machine, self.target, wait=False)
-
-
-@dataclass
-class CommandSwitch:
-    """A switch by command on the machine: ``nixos-rebuild switch ...`` or
-    ``<toplevel>/bin/switch-to-configuration switch``; the base is the machine as found."""
-
-    command: str
-    timeout: float = SWITCH_TIMEOUT
-    description: str = ""
-
-    def __post_init__(self) -> None:
-        self.description = self.description or f"switch command: {self.command}"
-
-    def prepare_base(self, machine: Machine) -> None:
-        """Nothing to do: the machine's current configuration is the base."""
-
-    def apply(self, machine: Machine) -> None:
-        """Run the switch command (the scenario then waits for the service)."""
-        machine.succeed(self.command, timeout=self.timeout)

@@ -32,11 +32,11 @@ from vmtests.scenario.compare import (
     check_restarted,
     diff_snapshots,
 )
-from vmtests.scenario.metering import DriverMeter, MeteredMachine
-from vmtests.scenario.reference_switch import Switcher, wait_ready
+from vmtests.scenario.metering import DriverMeter
 from vmtests.scenario.results import CheckResult, as_informational, failed
 from vmtests.scenario.snapshot import Snapshot
 from vmtests.scenario.sources import check_sources
+from vmtests.scenario.switching import Switcher, wait_ready
 
 
 def evaluate_stage(
@@ -96,7 +96,9 @@ class Scenario:
         container: str | None = None,
         start_machine: bool = True,
     ) -> None:
-        self.machine = MeteredMachine(machine)
+        self.machine = machine
+        meter = DriverMeter()
+        self._stop_metering = machine.observe(meter.record)
         self.profile = profile
         self.switcher = switcher
         self.base_profile = base_profile
@@ -104,7 +106,7 @@ class Scenario:
         self.container = container
         self.start_machine = start_machine
         self.result = ScenarioResult(
-            profile, target or machine.name, switcher.description, meter=self.machine.meter
+            profile, target or machine.name, switcher.description, meter=meter
         )
 
     @contextmanager
@@ -159,6 +161,7 @@ class Scenario:
             self.result.error = f"{type(error).__name__}: {error}"
             raise
         finally:
+            self._stop_metering()
             self.result.wall_seconds = time.monotonic() - start
         return self.result
 

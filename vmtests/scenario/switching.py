@@ -1,0 +1,58 @@
+"""How a machine is taken from its base configuration to the profile's configuration.
+
+The scenario and the certification run only know the ``Switcher`` protocol. Two switches
+implement it: ``vmtests.scenario.reference_switch.ReferenceSwitch`` (the reference guest, which
+installs the units the Nix core describes) and ``CommandSwitch`` (a NixOS VM or a real host,
+where ``nixos-rebuild switch`` or ``switch-to-configuration`` does it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from vmtests.contracts.serving import READY_TIMEOUT, SERVING_UNIT
+from vmtests.driver.machine import Machine
+
+SWITCH_TIMEOUT = 600.0
+"""Seconds a switch command may take (it restarts the serving unit, which loads a model)."""
+
+
+class Switcher(Protocol):
+    """How a target is taken from its base configuration to the profile's configuration."""
+
+    description: str
+
+    def prepare_base(self, machine: Machine) -> None:
+        """Bring ``machine`` to the base state S0 (may do nothing on a real host)."""
+
+    def apply(self, machine: Machine) -> None:
+        """Switch ``machine`` to the target configuration (the caller waits for /health)."""
+
+
+def wait_ready(machine: Machine, port: int, timeout: float = READY_TIMEOUT) -> None:
+    """Wait until the serving unit is active and ``/health`` answers 200."""
+    machine.wait_for_unit(SERVING_UNIT, timeout)
+    machine.wait_until_succeeds(
+        "curl -sf -m 5 %s", f"http://127.0.0.1:{port}/health", timeout=timeout
+    )
+
+
+@dataclass
+class CommandSwitch:
+    """A switch by command on the machine: ``nixos-rebuild switch ...`` or
+    ``<toplevel>/bin/switch-to-configuration switch``; the base is the machine as found."""
+
+    command: str
+    timeout: float = SWITCH_TIMEOUT
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        self.description = self.description or f"switch command: {self.command}"
+
+    def prepare_base(self, machine: Machine) -> None:
+        """Nothing to do: the machine's current configuration is the base."""
+
+    def apply(self, machine: Machine) -> None:
+        """Run the switch command (the scenario then waits for the service)."""
+        machine.succeed(self.command, timeout=self.timeout)

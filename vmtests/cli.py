@@ -132,9 +132,8 @@ def run_scenario_on(
     *,
     target: str,
     container: str | None = None,
-    controls: Callable[[Machine], list[ControlOutcome]] | None = None,
 ) -> ScenarioResult:
-    """Run the scenario (and optionally controls) and write the reports, whatever happens."""
+    """Run the scenario and write the reports, whatever happens."""
     base = _load(BASE_PROFILE) if isinstance(switcher, ReferenceSwitch) else None
     scenario = Scenario(
         machine, profile, switcher, target=target, base_profile=base, container=container

@@ -12,27 +12,16 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TextIO
 
 
-@dataclass(frozen=True)
-class StepTiming:
-    """One finished step: its path of nested titles, duration in seconds and outcome."""
-
-    path: tuple[str, ...]
-    seconds: float
-    ok: bool
-
-
 class NestedLogger:
-    """A logger that indents nested steps and records how long each took."""
+    """A logger that indents nested steps and logs how long each took."""
 
     def __init__(self, stream: TextIO | None = None) -> None:
         self._stream = stream
         self._local = threading.local()
         self._lock = threading.Lock()
-        self.timings: list[StepTiming] = []
 
     @property
     def _stack(self) -> list[str]:
@@ -68,10 +57,7 @@ class NestedLogger:
             ok = True
         finally:
             elapsed = time.monotonic() - start
-            path = tuple(self._stack)
             self._stack.pop()
-            with self._lock:
-                self.timings.append(StepTiming(path, elapsed, ok))
             self._write(f"({'done' if ok else 'FAILED'}: {title}, {elapsed:.2f}s)")
 
 

@@ -22,7 +22,6 @@ import signal
 import socket
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
@@ -89,20 +88,6 @@ def reap(proc: subprocess.Popen[bytes], grace: float = 5.0) -> int | None:
         return proc.returncode
     finally:
         unregister(proc.pid)
-
-
-def wait_gone(pid: int, timeout: float) -> bool:
-    """Return True once no process ``pid`` exists (or it is a zombie) within ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as handle:
-                if handle.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return True
-        except FileNotFoundError:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def kill_all() -> None:

@@ -367,17 +367,6 @@ class QemuMachine(Machine):
             self._wait_exit(time.monotonic() + 10)
             self.close()
 
-    def hard_reset(self, timeout: float = DEFAULT_REBOOT_TIMEOUT) -> str:
-        """Reset like the reset button (QMP ``system_reset``); return the new boot ID."""
-        with log.nested(f"hard reset of {self.name}"):
-            old = self._boot_id
-            self._ready = False
-            self._qmp_command("system_reset")
-            self._pre_reboot_boot_id = old
-            self._wait_until_answering(time.monotonic() + timeout)
-            assert self._boot_id is not None
-            return self._boot_id
-
     def wait_for_new_boot(self, old_boot_id: str, timeout: float = DEFAULT_REBOOT_TIMEOUT) -> str:
         """Follow a reboot triggered elsewhere (ssh, the guest itself); return the new boot ID.
 

@@ -55,10 +55,6 @@ class ShellChannel:
         self.name = name
         self._buffer = bytearray()
 
-    def discard_buffer(self) -> None:
-        """Forget everything received so far (e.g. output of a boot that is over)."""
-        self._buffer.clear()
-
     def wait_for(
         self, pattern: re.Pattern[bytes], deadline: float, awaited: str
     ) -> re.Match[bytes]:

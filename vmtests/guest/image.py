@@ -79,11 +79,6 @@ class ReferenceImage:
     append: str
     build_seconds: float
 
-    @property
-    def ssh_public_key(self) -> str:
-        """The public half of ``ssh_key`` (authorised for root in the guest)."""
-        return Path(f"{self.ssh_key}.pub").read_text().strip()
-
 
 def cache_dir() -> Path:
     """The suite's cache directory (``$VMTESTS_CACHE_DIR`` or ``$XDG_CACHE_HOME/vmtests``)."""

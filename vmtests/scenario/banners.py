@@ -108,11 +108,3 @@ def module_banner_lines(lines: Sequence[JournalLine]) -> list[JournalLine]:
     """The lines carrying the module's ``tenstorrent-serving-config:`` banner."""
     tag = module_banner_tag()
     return [line for line in lines if tag in line.message]
-
-
-def banner_lines(lines: Sequence[JournalLine], extra: Sequence[re.Pattern[str]] = ()) -> list[str]:
-    """The banner lines among ``lines``: feature banners, the module banner and ``extra``."""
-    patterns = [*banner_patterns().values(), re.compile(re.escape(module_banner_tag())), *extra]
-    return [
-        line.message for line in lines if any(pattern.search(line.message) for pattern in patterns)
-    ]

@@ -22,7 +22,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "hw: runs on a real P150 host (explicit opt-in only)")
 
 
-# ---- options, profile and machine target (the persistence scenario, issue 5) -----------------
+# ---- options, profile and machine target (the persistence scenario) ------------------------------
 # Options: --profile, --target, --report-dir, --hw-opt-in. Tests marked ``hw`` run only with an
 # ``ssh://`` target AND --hw-opt-in; everything else ignores the hardware entirely.
 
@@ -122,7 +122,7 @@ def vmtests_machine(
         machine.close()
 
 
-# ---- VM fixtures: the reference guest (driver, issue 3) ----------------------------------------
+# ---- VM fixtures: the reference guest (driver) ---------------------------------------------------
 # ``reference_image`` builds (or reuses) the cached Debian guest once per session;
 # ``reference_guest`` is a factory booting fresh guests, each with its own overlay and ports,
 # all of them killed when the test ends, whatever happened.

@@ -2,7 +2,7 @@
 # device layer and the suite's instrumentation. The serving profiles are imported unchanged;
 # only the device layer differs from production (the stub sets the image to the stub server).
 #
-# Persistence traps (docs: /work/shared/facts.md §4, nixpkgs qemu-vm.nix):
+# Persistence traps (nixpkgs nixos/modules/virtualisation/qemu-vm.nix):
 # - direct boot would always boot the generation fixed at build time, so the VM boots through
 #   its bootloader from a persistent qcow2 disk (virtualisation.useBootLoader);
 # - with a bootloader the host store is not mounted; the disk image holds the closure of the

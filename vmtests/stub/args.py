@@ -1,4 +1,4 @@
-"""The vLLM command line the stub accepts, with the real flag spellings (facts.md section 3).
+"""The vLLM command line the stub accepts, with vLLM's flag spellings (``engine/arg_utils.py``).
 
 Unknown or invalid arguments end the process the way vLLM's argparse does: usage and an
 ``error:`` line on stderr, exit status 2. Only flags the serving module can plausibly pass are

@@ -1,6 +1,6 @@
 """Fault injection for the stub server, switched by the ``VMTESTS_STUB_*`` knobs (``knobs.py``).
 
-The faults imitate what the hardware tier has met (facts.md section 1): an intermittent request
+The faults imitate what the hardware tier has met (docs/requirements.md): an intermittent request
 failure under concurrency, degenerate output (``HT#3333...``), output whose sha changed, and a
 server that crashes, starts slowly or hangs.
 """

@@ -1,6 +1,6 @@
 """The stub's latency model: how long prefill and each decode step take.
 
-Base figures are hardware-like milliseconds (the B=1 decode control of 48.6 ms from facts.md);
+Base figures are hardware-like milliseconds (B=1 decode control 48.6 ms: docs/requirements.md);
 ``VMTESTS_STUB_TIME_SCALE`` (default 0.1) multiplies all of them so VM runs and tests stay fast.
 
 ==========================  =========  ==============================================

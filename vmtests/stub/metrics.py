@@ -1,6 +1,6 @@
 """vLLM's Prometheus metrics, kept by the stub engine and rendered as Prometheus text.
 
-Names, types and labels follow vLLM (facts.md section 3): every sample carries
+Names, types and labels follow vLLM (``vllm/v1/metrics/loggers.py``): every sample carries
 ``model_name`` and ``engine``; counters are exposed with ``_total`` as prometheus_client does;
 histogram buckets are vLLM's.
 """

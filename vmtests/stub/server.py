@@ -28,8 +28,8 @@ ENGINE_INIT_FAILURE = (
     "Engine core initialization failed. See root cause above. "
     "Failed core proc(s): {'EngineCore_DP0': 1}"
 )
-# facts.md section 3 spelling. Some vLLM versions continue the sentence ("... enabled please
-# note that ..."); profiles should match the common prefix.
+# vLLM spelling (``vllm/entrypoints/openai/api_server.py``). Some vLLM versions continue the
+# sentence ("... enabled please note that ..."); profiles should match the common prefix.
 TOOL_CHOICE_LINE = '"auto" tool choice has been enabled.'
 POST_ROUTES = ("/v1/completions", "/v1/chat/completions")
 

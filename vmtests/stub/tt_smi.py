@@ -1,7 +1,8 @@
 """``python3 -m vmtests.stub.tt_smi`` (installed as ``tt-smi``): the stub P150's tt-smi.
 
-- ``-s``/``--snapshot``: the JSON snapshot with tt-smi's key layout (facts.md section 2), plain
-  JSON when stdout is not a TTY (as the real tool), one ``p150a`` per stub device node.
+- ``-s``/``--snapshot``: the JSON snapshot with tt-smi's key layout (tenstorrent/tt-smi
+  ``tt_smi/tt_smi.py``), plain JSON when stdout is not a TTY (as the real tool), one ``p150a``
+  per stub device node.
 - ``-ls``/``--list``: the device list.
 - No driver version file: "No Tenstorrent driver detected! ..." and exit 1; no usable device
   node: "No Tenstorrent devices detected! ..." and exit 1 (the real messages and order).

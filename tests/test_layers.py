@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "vmtests"
 # Which top-level parts of ``vmtests`` each part may import (besides itself).
 ALLOWED: dict[str, set[str]] = {
     "contracts": set(),
-    "nixcore": set(),
+    "nixcore": {"contracts"},
     "driver": {"contracts"},
     "stub": {"contracts"},
     "profiles": {"contracts", "nixcore"},
@@ -43,13 +43,14 @@ def imported_parts(path: Path) -> list[tuple[int, str]]:
     """(line, part) of every ``vmtests`` import in ``path``, lazy ones included."""
     found: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        names: list[str] = []
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module]
             if node.module == "vmtests":
                 names = [f"vmtests.{alias.name}" for alias in node.names]
         elif isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
+        else:
+            continue
         for name in names:
             parts = name.split(".")
             if parts[0] == "vmtests" and len(parts) > 1:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -12,17 +13,39 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize(
-    "command",
-    [
-        ["ruff", "check", "."],
-        ["ruff", "format", "--check", "."],
-        [sys.executable, "-m", "mypy"],
-    ],
-    ids=["ruff-check", "ruff-format", "mypy-strict"],
-)
-def test_static_checks(command: list[str]) -> None:
+# Each test folder is its own import root (pytest's rootdir-relative imports of *_support
+# modules, one conftest per folder), so mypy checks each folder with it as MYPYPATH.
+TEST_FOLDERS = sorted(path.name for path in (ROOT / "tests").iterdir() if path.is_dir())
+TEST_FOLDERS = [name for name in TEST_FOLDERS if not name.startswith((".", "__"))]
+CHECKS = {
+    "ruff-check": (["ruff", "check", "."], ""),
+    "ruff-format": (["ruff", "format", "--check", "."], ""),
+    "mypy-strict": ([sys.executable, "-m", "mypy"], ""),
+    "mypy-tests": (
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "tests").glob("*.py")),
+        ],
+        "tests",
+    ),
+    **{
+        f"mypy-tests-{name}": (
+            [sys.executable, "-m", "mypy", "--strict", f"tests/{name}"],
+            f"tests/{name}",
+        )
+        for name in TEST_FOLDERS
+    },
+}
+
+
+@pytest.mark.parametrize("check", sorted(CHECKS))
+def test_static_checks(check: str) -> None:
+    command, mypy_path = CHECKS[check]
     if command[0] == "ruff" and shutil.which("ruff") is None:
         pytest.fail("ruff is not installed; install the dev extras: pip install -e '.[dev]'")
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    env = {**os.environ, "MYPYPATH": mypy_path} if mypy_path else None
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False, env=env)
     assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout}{result.stderr}"

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vmtests.contracts.paths import cache_dir
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CORE_FILE = REPO_ROOT / "modules" / "serving" / "core.nix"
 NIX_TIMEOUT = 120.0
@@ -143,7 +145,7 @@ def find_nixpkgs_lib() -> Path | None:
     candidates: list[Path] = []
     if os.environ.get("NIXPKGS_LIB"):
         candidates.append(Path(os.environ["NIXPKGS_LIB"]).expanduser())
-    candidates.append(Path.home() / ".cache" / "vmtests" / "nixpkgs-lib")
+    candidates.append(cache_dir() / "nixpkgs-lib")
     for candidate in candidates:
         if (candidate / "default.nix").is_file():
             return candidate

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import os
+import json
 import re
-from collections.abc import Callable
+import time
 from pathlib import Path
 
 import pytest
 
+from vmtests.driver import accel, qemu_launch
 from vmtests.driver.errors import WaitTimeout
 from vmtests.driver.qemu import QemuMachine
-from vmtests.guest.image import ReferenceImage
+from vmtests.guest.image import ReferenceImage, start_reference_guest
 
 pytestmark = pytest.mark.vm
 
@@ -61,20 +62,104 @@ def test_qemu_that_cannot_start_reports_its_stderr(
     assert not guest.process_running
 
 
-@pytest.mark.skipif(not os.access("/dev/kvm", os.R_OK | os.W_OK), reason="no usable /dev/kvm")
-def test_accel_auto_falls_back_to_tcg_when_kvm_fails(
-    reference_guest: Callable[..., QemuMachine], capsys: pytest.CaptureFixture[str]
-) -> None:
-    from vmtests.driver import qemu  # noqa: PLC0415
+# A QEMU that misbehaves only under KVM, as QEMU does on hosts where /dev/kvm opens but guests
+# hang at kernel entry or QEMU aborts on an MSR. It runs the real QEMU under TCG otherwise, so
+# the test does not depend on the host's KVM at all.
+BROKEN_KVM_QEMU = """#!/bin/bash
+real=$(command -v qemu-system-x86_64)
+[ "$1" = --version ] && exec "$real" --version
+args=(); kvm=0
+for arg in "$@"; do
+  if [ "$arg" = kvm ]; then kvm=1; args+=(tcg); else args+=("$arg"); fi
+done
+if [ "$kvm" = 1 ]; then
+  case "$VMTESTS_FAKE_KVM" in
+    abort) echo "qemu-system-x86_64: error: failed to set MSR 0x10a to 0x0" >&2; exit 1 ;;
+    hang) exec "$real" "${args[@]}" -S ;;  # the vCPU never runs: no kernel line, ever
+  esac
+fi
+exec "$real" "${args[@]}"
+"""
 
-    qemu._KVM_VERDICT.clear()  # probe for real even if an earlier test already did
-    guest = reference_guest(name="auto", accel="auto", kvm_probe_timeout=10)
-    assert guest.succeed("echo up") == "up\n"
-    logged = capsys.readouterr().err
-    if guest.accel_used == "kvm":
-        assert "restarting under TCG" not in logged
-    else:
-        # On hosts where KVM opens but hangs or aborts (ours), the fallback must be loud.
+
+@pytest.fixture
+def broken_kvm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """QEMU is the wrapper above, /dev/kvm counts as usable, and verdicts go to a temp file."""
+    wrapper = tmp_path / "qemu-broken-kvm"
+    wrapper.write_text(BROKEN_KVM_QEMU)
+    wrapper.chmod(0o755)
+    verdict = tmp_path / "kvm-verdict.json"
+    monkeypatch.setattr(qemu_launch, "QEMU_BINARY", str(wrapper))
+    monkeypatch.setattr(accel, "kvm_usable", lambda: True)
+    monkeypatch.setattr(accel, "verdict_file", lambda: verdict)
+    return verdict
+
+
+def test_accel_auto_falls_back_to_tcg_when_kvm_hangs_and_remembers_it(
+    reference_image: ReferenceImage,
+    broken_kvm: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("VMTESTS_FAKE_KVM", "hang")
+    guest = start_reference_guest(
+        tmp_path / "probe", name="auto", accel="auto", image=reference_image, kvm_probe_timeout=3
+    )
+    try:
         assert guest.accel_used == "tcg"
-        assert "WARNING" in logged
-        assert "restarting under TCG (accel=auto)" in logged
+        assert guest.succeed("echo up") == "up\n"
+    finally:
+        guest.close()
+    logged = capsys.readouterr().err
+    assert "WARNING: auto: no kernel output under KVM within 3s; restarting under TCG" in logged
+    stored = json.loads(broken_kvm.read_text())
+    assert stored["usable"] is False
+    assert stored["key"] == accel.host_key(qemu_launch.QEMU_BINARY)
+
+    # The next machine (in this process or any other) reads the verdict and does not probe.
+    later = unstarted_guest(reference_image, tmp_path / "later")
+    assert later._choose_accel() == "tcg"
+    assert "KVM failed on this host before (no kernel output" in capsys.readouterr().err
+    assert not later.process_running
+
+
+def test_accel_auto_falls_back_at_once_when_qemu_aborts_under_kvm(
+    reference_image: ReferenceImage,
+    broken_kvm: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("VMTESTS_FAKE_KVM", "abort")
+    guest = unstarted_guest(reference_image, tmp_path)
+    assert guest._choose_accel() == "tcg"
+    logged = capsys.readouterr().err
+    assert "QEMU failed under KVM" in logged
+    assert "failed to set MSR 0x10a" in logged
+    assert json.loads(broken_kvm.read_text())["usable"] is False
+    assert not guest.process_running
+
+
+def test_a_stale_or_foreign_verdict_is_ignored(broken_kvm: Path) -> None:
+    binary = qemu_launch.QEMU_BINARY
+    accel.remember(binary, False, "seen long ago")
+    assert accel.remembered(binary) is not None
+    assert accel.remembered(binary, now=time.time() + accel.VERDICT_TTL + 1) is None
+    data = json.loads(broken_kvm.read_text())
+    broken_kvm.write_text(json.dumps({**data, "key": "another-host|6.1|QEMU 7"}))
+    assert accel.remembered(binary) is None
+
+
+def unstarted_guest(image: ReferenceImage, state_dir: Path) -> QemuMachine:
+    """A reference guest object that has not been started."""
+    return QemuMachine(
+        name="auto",
+        state_dir=state_dir,
+        kernel=image.kernel,
+        initrd=image.initrd,
+        append=image.append,
+        base_disk=image.disk,
+        accel="auto",
+        kvm_probe_timeout=3,
+    )

@@ -19,8 +19,17 @@ def test_missing_programs_are_named_with_their_package(monkeypatch: pytest.Monke
     assert "mmdebstrap (apt-get install mmdebstrap)" in message
 
 
-def test_present_programs_pass() -> None:
-    require_tools("sh")
+def test_present_programs_pass_and_only_the_missing_ones_are_named(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "qemu-img").write_text("#!/bin/sh\n")
+    (tmp_path / "qemu-img").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    require_tools("qemu-img")  # present: no error
+    with pytest.raises(MissingTool) as raised:
+        require_tools("qemu-img", "mmdebstrap")
+    assert "qemu-img" not in str(raised.value)
+    assert "mmdebstrap (apt-get install mmdebstrap)" in str(raised.value)
 
 
 def test_ssh_backend_refuses_to_start_without_ssh(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import json
 
-from vmtests.contracts.features import banner_text
 from vmtests.scenario.results import CheckResult
 from vmtests.scenario.snapshot import (
     Endpoint,
@@ -66,18 +65,23 @@ def module_banner(resident: bool, digest: str = "sha256:" + "ab" * 32) -> str:
 def startup_lines(resident: bool) -> list[str]:
     """The unit's startup log of one start: module banner, vLLM lines, feature banners."""
     prefix = "(APIServer pid=594) INFO 11-30 01:33:58 [api_server.py:1] "
-    features = ["sdpaStreaming", "mergeBatchGuard"]
+    banners = ["qwen36: SDPA streaming ACTIVE", "qwen36: merge batch guard ACTIVE"]
     if resident:
-        features = ["deviceResident", "deviceArgmax", *features]
+        banners = [
+            "qwen36: Phase 2a device-resident decode chain ACTIVE",
+            "qwen36: on-device argmax sampling ACTIVE",
+            *banners,
+        ]
     return [
         "Starting tenstorrent-serving.service...",
         module_banner(resident),
         prefix + "Automatic prefix caching is enabled",
         prefix + "Asynchronous scheduling is disabled.",
         prefix + '"auto" tool choice has been enabled.',
-        *(prefix + banner_text(feature) for feature in features),
-        prefix + banner_text("prefixCaching", mode="align"),
-        prefix + banner_text("toolCalling", parser="qwen3_coder"),
+        *(prefix + banner for banner in banners),
+        prefix + "qwen36: prefix caching ACTIVE (mamba cache mode align, prefix sidecars "
+        "synchronous)",
+        prefix + "qwen36: tool calling ACTIVE (parser qwen3_coder)",
         "Started tenstorrent-serving.service.",
     ]
 

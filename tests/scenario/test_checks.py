@@ -47,6 +47,14 @@ def _drop_arg(flag: str) -> Callable[[Snapshot], None]:
     return mutate
 
 
+def _add_arg(flag: str) -> Callable[[Snapshot], None]:
+    def mutate(snapshot: Snapshot) -> None:
+        assert snapshot.process is not None
+        snapshot.process.argv.append(flag)
+
+    return mutate
+
+
 def _set_env(name: str, value: str | None) -> Callable[[Snapshot], None]:
     def mutate(snapshot: Snapshot) -> None:
         assert snapshot.process is not None
@@ -90,7 +98,7 @@ def _hugepages(count: int) -> Callable[[Snapshot], None]:
 
 BREAKAGES = [
     ("--no-async-scheduling", "profile.args", _drop_arg("--no-async-scheduling"), "is missing"),
-    ("--async-scheduling", "profile.args", _add_line("unused"), None),  # placeholder replaced
+    ("--async-scheduling", "profile.args", _add_arg("--async-scheduling"), "must not appear"),
     ("QWEN36_SDPA_STREAMING", "profile.env", _set_env("QWEN36_SDPA_STREAMING", None), "not set"),
     ("QWEN36_MERGE_BATCH_GUARD", "profile.env", _set_env("QWEN36_MERGE_BATCH_GUARD", "0"), "`1`"),
     ("QWEN36_DEVICE_RESIDENT", "profile.env", _set_env("QWEN36_DEVICE_RESIDENT", "1"), "absent"),
@@ -110,14 +118,6 @@ BREAKAGES = [
     ("present", "profile.module-banner", _drop_lines("tenstorrent-serving-config"), "no module"),
     ("hugepages", "profile.hugepages", _hugepages(1), "found 1"),
 ]
-
-
-def _forbidden_async(snapshot: Snapshot) -> None:
-    assert snapshot.process is not None
-    snapshot.process.argv.append("--async-scheduling")
-
-
-BREAKAGES[1] = ("--async-scheduling", "profile.args", _forbidden_async, "must not appear")
 
 
 @pytest.mark.parametrize(

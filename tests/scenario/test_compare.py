@@ -63,8 +63,17 @@ def test_no_new_boot_is_caught() -> None:
     before = good_snapshot()
     after = good_snapshot(label="S2")
     found = failures(check_rebooted(before, after))
-    assert "no reboot happened" in found[0].message
-    assert before.boot_id == BOOT
+    assert [r.subject for r in found] == ["boot_id"]
+    assert found[0].message.endswith(
+        f"boot_id did not change ({BOOT} -> {BOOT}): no reboot happened"
+    )
+
+
+def test_a_missing_boot_id_is_not_taken_for_a_reboot() -> None:
+    """A snapshot that could not read the boot ID proves nothing: the check must fail."""
+    before, after = good_snapshot(), _next_boot(good_snapshot())
+    after.boot_id = ""
+    assert [r.subject for r in failures(check_rebooted(before, after))] == ["boot_id"]
 
 
 def test_nixos_direct_boot_trap_is_caught() -> None:

@@ -71,8 +71,11 @@ def test_requests_after_sigterm_are_refused_while_draining(start_server: StartSe
 
 
 def test_slow_start_listens_only_after_the_delay(start_server: StartServer) -> None:
-    server = start_server(BASELINE_ARGS, {knobs.START_DELAY: "1.5"}, ready=False)
+    server = start_server(BASELINE_ARGS, {knobs.START_DELAY: "3"}, ready=False)
     server.wait_for_line("Initializing a V1 LLM engine", timeout=30)
+    # During the delay nothing accepts connections on the port (a real engine loads first).
+    with pytest.raises(requests.ConnectionError):
+        requests.get(server.url + "/health", timeout=HTTP_TIMEOUT)
     with pytest.raises(WaitTimeout):
         server.wait_for_line(READY_LINE, timeout=0.5)
     server.wait_ready(timeout=30)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import select
 import shutil
 import socket
 import subprocess
@@ -21,9 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from qemu.qmp.legacy import QEMUMonitorProtocol
-
 from vmtests.contracts.instrumentation import BACKDOOR_READY_RE
+from vmtests.driver import accel as accel_choice
 from vmtests.driver import procs, qemu_launch
 from vmtests.driver.console import SerialConsole
 from vmtests.driver.errors import DriverError, MachineGone, WaitTimeout
@@ -35,8 +33,10 @@ from vmtests.driver.machine import (
 )
 from vmtests.driver.qemu_io import (
     SocketTransport,
+    accept_connection,
     close_qmp,
-    kvm_usable,
+    connect_qmp,
+    qmp_run_state,
     remove_orphaned_runtime_dirs,
 )
 from vmtests.driver.shell import REBOOT_COMMAND, ShellChannel
@@ -46,13 +46,13 @@ from vmtests.driver.tools import require_tools
 logging.getLogger("qemu.qmp").setLevel(logging.CRITICAL)
 
 DEFAULT_BOOT_TIMEOUT = 300.0
-KVM_PROBE_TIMEOUT = 15.0
-"""How long ``accel=auto`` gives KVM to print the kernel's first line before falling back."""
-CONNECT_TIMEOUT = 30.0
 PORT_ATTEMPTS = 3
 CONSOLE_SYNC_TIMEOUT = 10.0
-_KVM_VERDICT: dict[str, bool] = {}
-"""Process-wide memory of a failed KVM probe (KVM does not start working mid-session)."""
+PROBE_SLICE = 0.25
+"""How often the KVM probe looks at QEMU's state while it waits for the kernel."""
+REBOOT_MODES = ("restart", "reset")
+STOPPED_STATES = ("internal-error", "guest-panicked", "shutdown", "io-error")
+"""QMP run states in which a KVM guest will never print its first line."""
 
 
 class QemuMachine(Machine):
@@ -74,7 +74,8 @@ class QemuMachine(Machine):
         forward_ports: Sequence[int] = (),
         ssh_key: Path | None = None,
         boot_timeout: float = DEFAULT_BOOT_TIMEOUT,
-        kvm_probe_timeout: float = KVM_PROBE_TIMEOUT,
+        kvm_probe_timeout: float | None = None,
+        reboot_mode: str | None = None,
     ) -> None:
         if (kernel is None) == (run_script is None):
             raise ValueError("give either kernel/initrd/base_disk (direct boot) or run_script")
@@ -91,7 +92,16 @@ class QemuMachine(Machine):
         self.guest_ports = sorted({22, *forward_ports})
         self.ssh_key = ssh_key
         self.boot_timeout = boot_timeout
-        self.kvm_probe_timeout = kvm_probe_timeout
+        self.kvm_probe_timeout = kvm_probe_timeout or (
+            accel_choice.DIRECT_PROBE_TIMEOUT
+            if run_script is None
+            else accel_choice.SCRIPT_PROBE_TIMEOUT
+        )
+        self.reboot_mode = (
+            reboot_mode or os.environ.get("VMTESTS_REBOOT_MODE") or "restart"
+        ).lower()
+        if self.reboot_mode not in REBOOT_MODES:
+            raise ValueError(f"reboot_mode must be one of {REBOOT_MODES}: {reboot_mode!r}")
         self.marker = f"vmtests-{name}-{uuid.uuid4().hex[:12]}"
         self.accel_used: str | None = None
         self.console = SerialConsole(self.state_dir / "console")
@@ -155,7 +165,7 @@ class QemuMachine(Machine):
                 self._prepare_disk()
                 accel = self.requested_accel
                 if accel == "auto":
-                    accel = self._probe_kvm() if kvm_usable() else "tcg"
+                    accel = self._choose_accel()
                 if not self.process_running:
                     self._launch(accel)
                 self._wait_for_backdoor(deadline, not_boot_id=None)
@@ -174,32 +184,53 @@ class QemuMachine(Machine):
             capture_output=True,
         )
 
-    def _probe_kvm(self) -> str:
-        """Launch under KVM; if QEMU dies or the kernel prints nothing in time, use TCG.
-
-        A failed probe is remembered for the rest of the process (``_KVM_VERDICT``), so only
-        the first guest of a session pays for it.
-        """
-        if _KVM_VERDICT.get("broken"):
-            log.warning(f"{self.name}: KVM failed earlier in this process; using TCG")
+    def _choose_accel(self) -> str:
+        """``accel=auto``: KVM when it is there and works, else TCG (see ``driver/accel.py``)."""
+        if not accel_choice.kvm_usable():
             return "tcg"
+        binary = str(self.run_script or qemu_launch.QEMU_BINARY)
+        verdict = accel_choice.remembered(binary)
+        if verdict is not None and not verdict.usable:
+            log.warning(
+                f"{self.name}: KVM failed on this host before ({verdict.reason}); using TCG "
+                f"(delete {accel_choice.verdict_file()} to probe again)"
+            )
+            return "tcg"
+        return self._probe_kvm(binary)
+
+    def _probe_kvm(self, binary: str) -> str:
+        """Launch under KVM; if QEMU dies, the VM stops, or the kernel prints nothing in time,
+        remember that and restart under TCG with a warning."""
         seen = self.console.boot_count
+        deadline = time.monotonic() + self.kvm_probe_timeout
         try:
             self._launch("kvm")
-            if self.console.wait_for_boot(seen + 1, time.monotonic() + self.kvm_probe_timeout):
-                return "kvm"
             reason = f"no kernel output under KVM within {self.kvm_probe_timeout:.0f}s"
+            while time.monotonic() < deadline:
+                slice_end = min(deadline, time.monotonic() + PROBE_SLICE)
+                if self.console.wait_for_boot(seen + 1, slice_end):
+                    accel_choice.remember(binary, True, "the kernel printed its first line")
+                    return "kvm"
+                state = qmp_run_state(self._qmp) if self.process_running else ""
+                if not self.process_running or state in STOPPED_STATES:
+                    reason = f"QEMU under KVM stopped (state {state or 'exited'})"
+                    break
         except DriverError as error:
             reason = f"QEMU failed under KVM: {str(error).splitlines()[0]}"
-        _KVM_VERDICT["broken"] = True
+        accel_choice.remember(binary, False, reason)
         log.warning(f"{self.name}: {reason}; restarting under TCG (accel=auto)")
-        self.close()
+        self._close()
         return "tcg"
 
-    def _launch(self, accel: str) -> None:
-        """Start QEMU under ``accel`` and connect console, backdoor and QMP."""
+    def _launch(self, accel: str, keep_ports: bool = False) -> None:
+        """Start QEMU under ``accel`` and connect console, backdoor and QMP.
+
+        ``keep_ports`` first tries the host ports of the previous launch (a restart for a
+        reboot keeps the addresses that ssh connections and callers already know).
+        """
         for attempt in range(1, PORT_ATTEMPTS + 1):
-            self._forwards = {port: procs.free_port() for port in self.guest_ports}
+            if not (keep_ports and attempt == 1 and self._forwards):
+                self._forwards = {port: procs.free_port() for port in self.guest_ports}
             with log.nested(f"launching QEMU ({accel}) for {self.name}"):
                 if self._try_launch(accel):
                     self.accel_used = accel
@@ -237,10 +268,10 @@ class QemuMachine(Machine):
         finally:
             stderr.close()
         try:
-            serial = self._accept(listeners["serial"], "serial console")
-            backdoor = self._accept(listeners["backdoor"], "backdoor console")
+            serial = accept_connection(self, listeners["serial"], "serial console")
+            backdoor = accept_connection(self, listeners["backdoor"], "backdoor console")
         except MachineGone:
-            if "host forwarding rule" in self._stderr_tail():
+            if "host forwarding rule" in self.stderr_tail():
                 self._stop_process()
                 return False
             raise
@@ -250,7 +281,7 @@ class QemuMachine(Machine):
         self.console.attach(serial)
         self._transport = SocketTransport(self, backdoor)
         self._channel = ShellChannel(self._transport, f"{self.name} backdoor")
-        self._qmp = self._connect_qmp(sockets.qmp)
+        self._qmp = connect_qmp(self, sockets.qmp)
         return True
 
     def _spec(self, accel: str, sockets: qemu_launch.Sockets) -> qemu_launch.LaunchSpec:
@@ -266,6 +297,7 @@ class QemuMachine(Machine):
                 forwards=self._forwards,
                 sockets=sockets,
                 marker=self.marker,
+                no_reboot=self.reboot_mode == "restart",
             )
         assert self.kernel is not None
         assert self.initrd is not None
@@ -280,41 +312,8 @@ class QemuMachine(Machine):
             forwards=self._forwards,
             sockets=sockets,
             marker=self.marker,
+            no_reboot=self.reboot_mode == "restart",
         )
-
-    def _accept(self, listener: socket.socket, what: str) -> socket.socket:
-        """Accept QEMU's connection to ``listener``; fail fast if QEMU exits first."""
-        deadline = time.monotonic() + CONNECT_TIMEOUT
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([listener], [], [], 0.2)
-            if ready:
-                connection, _ = listener.accept()
-                return connection
-            if not self.process_running:
-                raise MachineGone(
-                    f"{self.name}: QEMU exited before connecting its {what}\n"
-                    f"--- QEMU stderr ---\n{self._stderr_tail()}"
-                )
-        raise WaitTimeout(f"QEMU to connect its {what}", CONNECT_TIMEOUT, self._stderr_tail())
-
-    def _connect_qmp(self, path: Path) -> Any:
-        """Connect to QMP (QEMU creates its socket during startup)."""
-        deadline = time.monotonic() + CONNECT_TIMEOUT
-        while True:
-            qmp = QEMUMonitorProtocol(str(path))
-            try:
-                qmp.connect(negotiate=True)
-                return qmp
-            except Exception as error:  # qemu.qmp raises several unrelated types here
-                close_qmp(qmp)
-                if not self.process_running:
-                    raise MachineGone(
-                        f"{self.name}: QEMU exited during startup\n--- QEMU stderr ---\n"
-                        + self._stderr_tail()
-                    ) from error
-                if time.monotonic() > deadline:
-                    raise DriverError(f"{self.name}: cannot connect to QMP: {error}") from error
-                time.sleep(0.1)
 
     def _wait_for_backdoor(self, deadline: float, not_boot_id: str | None) -> None:
         """Wait for a ready line from a boot other than ``not_boot_id``."""
@@ -441,8 +440,30 @@ class QemuMachine(Machine):
         self._ready = False
 
     def _wait_until_answering(self, deadline: float) -> None:
-        """Wait for the ready line of a boot other than the one that was asked to reboot."""
+        """Wait for the ready line of a boot other than the one that was asked to reboot.
+
+        In ``restart`` mode QEMU runs with ``-no-reboot``: the guest's reboot ends the QEMU
+        process after a full guest shutdown, and the same disk is booted again by a fresh
+        QEMU (fresh memory), as nixpkgs' tests do with ``shutdown()`` and ``start()``. In
+        ``reset`` mode QEMU resets the guest in place.
+        """
+        if self.reboot_mode == "restart":
+            self._restart_process(deadline)
         self._wait_for_backdoor(deadline, not_boot_id=self._pre_reboot_boot_id)
+
+    def _restart_process(self, deadline: float) -> None:
+        """Wait for QEMU to exit at the end of the guest's shutdown, then launch it again."""
+        start = time.monotonic()
+        with log.nested(f"waiting for {self.name} to power off for its reboot"):
+            if self.process_running and not self._wait_exit(deadline):
+                raise WaitTimeout(
+                    f"{self.name} to shut down for its reboot (QEMU -no-reboot exit)",
+                    time.monotonic() - start,
+                    self.diagnostics(),
+                )
+        accel = self.accel_used or "tcg"
+        self._close()
+        self._launch(accel, keep_ports=True)
 
     # ---- console -----------------------------------------------------------------------------
 
@@ -468,10 +489,11 @@ class QemuMachine(Machine):
         """Console tail of the latest boot and QEMU's stderr tail, for error messages."""
         return (
             f"--- console (last lines of the latest boot of {self.name}) ---\n"
-            f"{self.console.tail()}\n--- QEMU stderr ---\n{self._stderr_tail() or '(empty)'}"
+            f"{self.console.tail()}\n--- QEMU stderr ---\n{self.stderr_tail() or '(empty)'}"
         )
 
-    def _stderr_tail(self) -> str:
+    def stderr_tail(self) -> str:
+        """The last 3000 characters QEMU wrote to its stderr log."""
         path = self.state_dir / "qemu-stderr.log"
         if not path.exists():
             return ""

@@ -1,16 +1,18 @@
-"""Host-side plumbing of the QEMU backend: the backdoor socket transport and cleanup helpers."""
+"""Host-side plumbing of the QEMU backend: sockets, QMP, the backdoor transport, cleanup."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 import select
 import shutil
 import socket
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vmtests.driver.errors import MachineGone
+from qemu.qmp.legacy import QEMUMonitorProtocol
+
+from vmtests.driver.errors import DriverError, MachineGone, WaitTimeout
 
 if TYPE_CHECKING:
     from vmtests.driver.qemu import QemuMachine
@@ -75,6 +77,51 @@ def close_qmp(qmp: Any) -> None:
             qmp.close()
 
 
-def kvm_usable() -> bool:
-    """True when /dev/kvm can be opened read-write."""
-    return os.access("/dev/kvm", os.R_OK | os.W_OK)
+CONNECT_TIMEOUT = 30.0
+"""Seconds QEMU gets to connect a socket or to open QMP while it starts."""
+
+
+def accept_connection(machine: QemuMachine, listener: socket.socket, what: str) -> socket.socket:
+    """Accept QEMU's connection to ``listener``; fail fast if QEMU exits first."""
+    deadline = time.monotonic() + CONNECT_TIMEOUT
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([listener], [], [], 0.2)
+        if ready:
+            connection, _ = listener.accept()
+            return connection
+        if not machine.process_running:
+            raise MachineGone(
+                f"{machine.name}: QEMU exited before connecting its {what}\n"
+                f"--- QEMU stderr ---\n{machine.stderr_tail()}"
+            )
+    raise WaitTimeout(f"QEMU to connect its {what}", CONNECT_TIMEOUT, machine.stderr_tail())
+
+
+def connect_qmp(machine: QemuMachine, path: Path) -> Any:
+    """Connect to QMP (QEMU creates its socket during startup)."""
+    deadline = time.monotonic() + CONNECT_TIMEOUT
+    while True:
+        qmp = QEMUMonitorProtocol(str(path))
+        try:
+            qmp.connect(negotiate=True)
+            return qmp
+        except Exception as error:  # qemu.qmp raises several unrelated types here
+            close_qmp(qmp)
+            if not machine.process_running:
+                raise MachineGone(
+                    f"{machine.name}: QEMU exited during startup\n--- QEMU stderr ---\n"
+                    + machine.stderr_tail()
+                ) from error
+            if time.monotonic() > deadline:
+                raise DriverError(f"{machine.name}: cannot connect to QMP: {error}") from error
+            time.sleep(0.1)
+
+
+def qmp_run_state(qmp: Any) -> str:
+    """QEMU's run state from QMP (``running``, ``internal-error``, ...); "" if unknown."""
+    if qmp is None:
+        return ""
+    try:
+        return str(qmp.cmd("query-status").get("status", ""))
+    except Exception:  # qemu.qmp raises several unrelated types here
+        return ""

@@ -7,7 +7,10 @@
   it creates ``$NIX_DISK_IMAGE`` on first use, puts ``$QEMU_NET_OPTS`` into its
   ``-netdev user,...`` option and keeps its scratch files in ``$TMPDIR`` when ``USE_TMPDIR=1``
   (the same variables the nixpkgs test driver sets). We pass our devices as arguments, like the
-  nixpkgs driver does, and never ``-no-reboot``: the suite reboots guests.
+  nixpkgs driver does.
+
+``no_reboot`` adds ``-no-reboot``: a guest reboot then ends QEMU after the guest's full
+shutdown, and the backend starts a fresh QEMU on the same disk (its ``restart`` reboot mode).
 
 Both modes share the instrumentation devices: ttyS0 and the backdoor port connect to host-side UNIX
 sockets the driver listens on, and QMP listens on a third socket.
@@ -107,6 +110,7 @@ def direct_spec(
     forwards: Mapping[int, int],
     sockets: Sockets,
     marker: str,
+    no_reboot: bool = False,
 ) -> LaunchSpec:
     """Command line of a directly booted guest (the reference guest)."""
     argv = [
@@ -135,6 +139,7 @@ def direct_spec(
         "-device",
         "virtio-net-pci,netdev=net0",
         *instrumentation_args(sockets, marker),
+        *(["-no-reboot"] if no_reboot else []),
     ]
     return LaunchSpec(argv=argv)
 
@@ -150,6 +155,7 @@ def nixos_spec(
     forwards: Mapping[int, int],
     sockets: Sockets,
     marker: str,
+    no_reboot: bool = False,
     extra_args: Sequence[str] = (),
 ) -> LaunchSpec:
     """Command line and environment of a NixOS VM started through its ``run-*-vm`` script.
@@ -164,6 +170,8 @@ def nixos_spec(
     scratch.mkdir(parents=True, exist_ok=True)
     shared.mkdir(parents=True, exist_ok=True)
     args = [*accel_args(accel, machine_option=True), *instrumentation_args(sockets, marker)]
+    if no_reboot:
+        args.append("-no-reboot")
     if memory_mb is not None:
         args += ["-m", str(memory_mb)]
     if cpus is not None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from vmtests.contracts import instrumentation as contract
+from vmtests.contracts.paths import cache_dir
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.qemu import QemuMachine
@@ -78,15 +79,6 @@ class ReferenceImage:
     ssh_key: Path
     append: str
     build_seconds: float
-
-
-def cache_dir() -> Path:
-    """The suite's cache directory (``$VMTESTS_CACHE_DIR`` or ``$XDG_CACHE_HOME/vmtests``)."""
-    explicit = os.environ.get("VMTESTS_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "vmtests"
 
 
 def mirror() -> str:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 
 from scenario_support import good_snapshot
 
-from vmtests.scenario.collect import parse_snapshot, snapshot_command
+from vmtests.scenario.collect import MARK, parse_snapshot, snapshot_command
 from vmtests.scenario.redact import REDACTED, redact_argv, redact_environment, redact_text
 from vmtests.scenario.snapshot import Snapshot
 
@@ -140,3 +141,37 @@ def test_redaction_helpers() -> None:
     assert "sk-2" not in redacted
     assert "MODE=align" in redacted
     assert "--port 8000" in redacted
+
+
+DOCKER_INSPECT_SAMPLE = Path(__file__).with_name("data") / "docker-inspect-tenstorrent-serving.json"
+
+
+def test_container_branch_reads_a_real_docker_inspect_sample() -> None:
+    """``docker inspect`` of a running serving container (Docker Engine API ContainerInspect
+    shape, as docker 28 prints it) becomes the live process: argv, environment, stop timeout."""
+    output = (
+        f"{MARK}boot_id\nabc\n{MARK}container\n{DOCKER_INSPECT_SAMPLE.read_text()}\n{MARK}end\n"
+    )
+    snapshot = parse_snapshot(output, "S1")
+    assert snapshot.errors == []
+    assert snapshot.container is not None
+    assert snapshot.container["name"] == "tenstorrent-serving"
+    assert snapshot.container["stop_timeout"] == 60
+    assert snapshot.container["state"]["Running"] is True
+    process = snapshot.process
+    assert process is not None
+    assert (process.origin, process.pid) == ("container", 2417)
+    # Path + Args: the entrypoint's first word belongs to the argv.
+    assert process.argv[:3] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    assert process.argv[process.argv.index("--mamba-cache-mode") + 1] == "align"
+    assert "--no-async-scheduling" in process.argv
+    assert "sk-prod-0123456789" not in json.dumps(snapshot.to_dict())
+    assert process.environment["HF_TOKEN"] == REDACTED
+    assert process.environment["QWEN36_MERGE_BATCH_GUARD"] == "1"
+
+
+def test_container_inspect_that_failed_is_an_error_not_a_process() -> None:
+    text = "Error: No such object: tenstorrent-serving"
+    snapshot = parse_snapshot(f"{MARK}container\n{text}\n{MARK}end\n", "S1")
+    assert snapshot.process is None
+    assert any("container inspect failed" in error for error in snapshot.errors)

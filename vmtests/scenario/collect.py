@@ -307,7 +307,12 @@ def _pools(text: str) -> dict[int, int]:
 
 
 def _container(text: str, errors: list[str]) -> tuple[dict[str, Any] | None, ProcessState | None]:
-    """docker/podman inspect: the container's Args, Env, State and StopTimeout."""
+    """docker/podman inspect: the container's argv, Env, State and StopTimeout.
+
+    ``Path`` is the first word the container runs (the entrypoint's, or the command's without
+    one) and ``Args`` the rest (Docker Engine API, ``ContainerInspect``), so the process's argv
+    is ``[Path, *Args]``. ``Name`` carries Docker's leading slash.
+    """
     try:
         parsed = json.loads(text)
     except json.JSONDecodeError:
@@ -317,9 +322,10 @@ def _container(text: str, errors: list[str]) -> tuple[dict[str, Any] | None, Pro
     config: dict[str, Any] = data.get("Config") or {}
     state: dict[str, Any] = data.get("State") or {}
     environment = redact_environment(_assignments(list(config.get("Env") or [])))
-    argv = redact_argv([str(arg) for arg in data.get("Args") or []])
+    words = [data["Path"]] if data.get("Path") else []
+    argv = redact_argv([str(arg) for arg in [*words, *(data.get("Args") or [])]])
     summary = {
-        "name": data.get("Name", ""),
+        "name": str(data.get("Name", "")).lstrip("/"),
         "image": config.get("Image", ""),
         "args": argv,
         "env": environment,

@@ -5,7 +5,11 @@
 - reference image build time, cold (empty cache dir) and warm (cached);
 - boot-to-ready time of the reference guest (QEMU start until the backdoor answers);
 - command round-trip median and p95 over the backdoor and over ssh, on the same guest;
-- reboot-to-ready time (``Machine.reboot``: request until the new boot answers).
+- reboot-to-ready time (``Machine.reboot``: request until the new boot answers) in both reboot
+  modes, ``restart`` (the guest shuts down, a fresh QEMU boots the same disk) and ``reset``
+  (QEMU resets the guest in place), each against the cold boot of its own guest;
+- where ``/dev/kvm`` exists: the cost of ``accel=auto``'s decision, probing afresh and with
+  the verdict remembered from an earlier probe.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from vmtests.driver import accel
 from vmtests.driver.machine import Machine
+from vmtests.driver.qemu import QemuMachine
 from vmtests.guest.access import ssh_to_guest
 from vmtests.guest.image import reference_image, start_reference_guest
 
@@ -61,11 +67,58 @@ def _line(label: str, value: str) -> None:
     print(f"{label:<44} {value}", flush=True)
 
 
+def measure_round_trips(
+    guest: QemuMachine, ssh_dir: Path, count: int, record: Callable[[str, str], None]
+) -> None:
+    """Median and p95 of trivial commands over the backdoor and over ssh, same guest."""
+    ssh = ssh_to_guest(guest, ssh_dir)
+    with ssh:
+        backdoor = round_trips(guest, count)
+        over_ssh = round_trips(ssh, count)
+    for label, samples in (("backdoor", backdoor), ("ssh", over_ssh)):
+        median, p95 = statistics.median(samples), percentile(samples, 0.95)
+        record(
+            f"round trip over {label}, n={len(samples)} (ms)",
+            f"median {median * 1000:.1f}  p95 {p95 * 1000:.1f}",
+        )
+    ratio = statistics.median(backdoor) / statistics.median(over_ssh)
+    record("backdoor / ssh median round-trip ratio", f"{ratio:.2f}")
+
+
+def measure_accel_choice(state: Path, record: Callable[[str, str], None]) -> None:
+    """``accel=auto``'s decision: a fresh probe, then with the verdict it remembered."""
+    verdict = state / "kvm-verdict.json"
+    original = accel.verdict_file
+    accel.verdict_file = lambda: verdict  # a private verdict: the user's stays untouched
+    try:
+        image = reference_image()
+        for label in ("fresh probe", "remembered verdict"):
+            guest = QemuMachine(
+                name="bench-accel",
+                state_dir=state / label.replace(" ", "-"),
+                kernel=image.kernel,
+                initrd=image.initrd,
+                append=image.append,
+                base_disk=image.disk,
+                accel="auto",
+            )
+            try:
+                start = time.monotonic()
+                chosen = guest.choose_accel()
+                seconds = time.monotonic() - start
+                record(f"accel=auto decision, {label} (s)", f"{seconds:.2f} -> {chosen}")
+            finally:
+                guest.close()
+    finally:
+        accel.verdict_file = original
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print the figures; returns the exit status."""
     parser = argparse.ArgumentParser(prog="vmtests bench", description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=50, help="round trips per channel")
     parser.add_argument("--skip-cold", action="store_true", help="skip the cold image build")
+    parser.add_argument("--reboots", type=int, default=2, help="reboots per reboot mode")
     parser.add_argument(
         "--accel",
         default=os.environ.get("VMTESTS_ACCEL", "tcg"),
@@ -92,25 +145,27 @@ def main(argv: list[str] | None = None) -> int:
         record("image build, warm (s)", f"{_timed(reference_image):.3f}")
 
     with tempfile.TemporaryDirectory(prefix="vmtests-bench-") as state:
-        start = time.monotonic()
-        guest = start_reference_guest(Path(state) / "guest", name="bench", accel=args.accel)
-        try:
-            record(f"boot to ready, {guest.accel_used} (s)", f"{time.monotonic() - start:.1f}")
-            ssh = ssh_to_guest(guest, Path(state) / "ssh")
-            with ssh:
-                backdoor = round_trips(guest, args.count)
-                over_ssh = round_trips(ssh, args.count)
-            for label, samples in (("backdoor", backdoor), ("ssh", over_ssh)):
-                median, p95 = statistics.median(samples), percentile(samples, 0.95)
+        for mode in ("restart", "reset"):
+            start = time.monotonic()
+            guest = start_reference_guest(
+                Path(state) / mode, name=f"bench-{mode}", accel=args.accel, reboot_mode=mode
+            )
+            try:
+                boot = time.monotonic() - start
+                record(f"boot to ready, {guest.accel_used}, {mode} guest (s)", f"{boot:.1f}")
+                if mode == "restart":
+                    measure_round_trips(guest, Path(state) / "ssh", args.count, record)
+                reboots = [_timed(guest.reboot) for _ in range(args.reboots)]
+                median = statistics.median(reboots)
                 record(
-                    f"round trip over {label}, n={len(samples)} (ms)",
-                    f"median {median * 1000:.1f}  p95 {p95 * 1000:.1f}",
+                    f"reboot to ready, {mode}, n={len(reboots)} (s)",
+                    f"median {median:.1f}  ({', '.join(f'{r:.1f}' for r in reboots)})",
                 )
-            ratio = statistics.median(backdoor) / statistics.median(over_ssh)
-            record("backdoor / ssh median round-trip ratio", f"{ratio:.2f}")
-            record("reboot to ready (s)", f"{_timed(guest.reboot):.1f}")
-        finally:
-            guest.close()
+                record(f"reboot / cold boot, {mode}", f"{median / boot:.2f}")
+            finally:
+                guest.close()
+        if accel.kvm_usable():
+            measure_accel_choice(Path(state) / "accel", record)
     return 0
 
 

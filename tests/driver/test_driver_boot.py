@@ -119,7 +119,7 @@ def test_accel_auto_falls_back_to_tcg_when_kvm_hangs_and_remembers_it(
 
     # The next machine (in this process or any other) reads the verdict and does not probe.
     later = unstarted_guest(reference_image, tmp_path / "later")
-    assert later._choose_accel() == "tcg"
+    assert later.choose_accel() == "tcg"
     assert "KVM failed on this host before (no kernel output" in capsys.readouterr().err
     assert not later.process_running
 
@@ -133,7 +133,7 @@ def test_accel_auto_falls_back_at_once_when_qemu_aborts_under_kvm(
 ) -> None:
     monkeypatch.setenv("VMTESTS_FAKE_KVM", "abort")
     guest = unstarted_guest(reference_image, tmp_path)
-    assert guest._choose_accel() == "tcg"
+    assert guest.choose_accel() == "tcg"
     logged = capsys.readouterr().err
     assert "QEMU failed under KVM" in logged
     assert "failed to set MSR 0x10a" in logged

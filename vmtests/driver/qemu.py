@@ -162,10 +162,11 @@ class QemuMachine(Machine):
             try:
                 if self.run_script is None:  # a NixOS run script brings its own QEMU
                     require_tools(qemu_launch.QEMU_BINARY, "qemu-img")
-                self._prepare_disk()
+                if self.base_disk is not None:
+                    qemu_launch.create_overlay(self.base_disk, self.overlay)
                 accel = self.requested_accel
                 if accel == "auto":
-                    accel = self._choose_accel()
+                    accel = self.choose_accel()
                 if not self.process_running:
                     self._launch(accel)
                 self._wait_for_backdoor(deadline, not_boot_id=None)
@@ -173,19 +174,11 @@ class QemuMachine(Machine):
                 self.close()
                 raise
 
-    def _prepare_disk(self) -> None:
-        """Create the qcow2 overlay once per state dir; later starts keep its writes."""
-        if self.base_disk is None or self.overlay.exists():
-            return
-        backing = ["-F", "raw", "-b", str(self.base_disk)]
-        subprocess.run(
-            ["qemu-img", "create", "-q", "-f", "qcow2", *backing, str(self.overlay)],
-            check=True,
-            capture_output=True,
-        )
+    def choose_accel(self) -> str:
+        """Decide ``accel=auto``: KVM when it is there and works, else TCG (``driver/accel.py``).
 
-    def _choose_accel(self) -> str:
-        """``accel=auto``: KVM when it is there and works, else TCG (see ``driver/accel.py``)."""
+        May launch QEMU under KVM to probe; a successful probe leaves that QEMU running.
+        """
         if not accel_choice.kvm_usable():
             return "tcg"
         binary = str(self.run_script or qemu_launch.QEMU_BINARY)

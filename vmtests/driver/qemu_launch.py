@@ -19,6 +19,7 @@ sockets the driver listens on, and QMP listens on a third socket.
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -186,3 +187,25 @@ def nixos_spec(
         "QEMU_OPTS": "",
     }
     return LaunchSpec(argv=[str(run_script), *args, *extra_args], env=env)
+
+
+def create_overlay(base_disk: Path, overlay: Path) -> None:
+    """Create the qcow2 overlay on ``base_disk`` once; later starts keep its writes."""
+    if overlay.exists():
+        return
+    subprocess.run(
+        [
+            "qemu-img",
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "-F",
+            "raw",
+            "-b",
+            str(base_disk),
+            str(overlay),
+        ],
+        check=True,
+        capture_output=True,
+    )

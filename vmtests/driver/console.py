@@ -43,6 +43,13 @@ class SerialConsole:
         thread.start()
         self._threads.append(thread)
 
+    def wait_detached(self, timeout: float) -> bool:
+        """Wait until every attached connection has closed and been read to its end."""
+        deadline = time.monotonic() + timeout
+        for thread in list(self._threads):
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in self._threads)
+
     def _read(self, connection: socket.socket) -> None:
         with connection:
             while True:

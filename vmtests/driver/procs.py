@@ -2,9 +2,10 @@
 
 Three layers, because each covers a case the others miss:
 
-- ``PR_SET_PDEATHSIG``: the kernel SIGKILLs the child when the process that spawned it dies,
+- ``PR_SET_PDEATHSIG``: the kernel SIGKILLs the child when the thread that spawned it ends,
   even by SIGKILL where no Python code runs. (It fires when the spawning *thread* exits, so
-  spawn from a long-lived thread: the main thread in practice.)
+  spawn from a thread that lives as long as the child: the main thread, or the QEMU
+  backend's restart follower, which waits on the QEMU it started.)
 - a registry killed from ``atexit`` and from a SIGTERM/SIGHUP handler: covers interpreter exit
   and polite termination, including Ctrl-C that skips fixture teardown;
 - callers kill their children in ``finally`` blocks (``reap``), the normal path.

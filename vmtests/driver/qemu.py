@@ -11,9 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import socket
 import subprocess
-import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -36,8 +35,9 @@ from vmtests.driver.qemu_io import (
     accept_connection,
     close_qmp,
     connect_qmp,
+    listen_for_qemu,
     qmp_run_state,
-    remove_orphaned_runtime_dirs,
+    spawn_qemu,
 )
 from vmtests.driver.shell import REBOOT_COMMAND, ShellChannel
 from vmtests.driver.tools import require_tools
@@ -53,6 +53,8 @@ PROBE_SLICE = 0.25
 REBOOT_MODES = ("restart", "reset")
 STOPPED_STATES = ("internal-error", "guest-panicked", "shutdown", "io-error")
 """QMP run states in which a KVM guest will never print its first line."""
+RESTART_LINE = "reboot: Restarting system"
+"""What the kernel prints on the console (an emergency-level line) when it reboots."""
 
 
 class QemuMachine(Machine):
@@ -116,6 +118,13 @@ class QemuMachine(Machine):
         self._boot_id: str | None = None
         self._boot_index = 0
         self._pre_reboot_boot_id: str | None = None
+        # restart mode: launches so far, the launch that served the last ready boot, and the
+        # lock and flag that keep the restart follower out of a deliberate stop.
+        self._launches = 0
+        self._ready_launch = 0
+        self._lifecycle = threading.RLock()
+        self._stopping = False
+        self._restart_error: DriverError | None = None
 
     # ---- properties --------------------------------------------------------------------------
 
@@ -157,6 +166,7 @@ class QemuMachine(Machine):
         """
         if self.process_running:
             return
+        self._stopping, self._restart_error = False, None
         with log.nested(f"starting {self.name}"):
             deadline = time.monotonic() + self.boot_timeout
             try:
@@ -169,6 +179,10 @@ class QemuMachine(Machine):
                     accel = self.choose_accel()
                 if not self.process_running:
                     self._launch(accel)
+                if self.reboot_mode == "restart":
+                    threading.Thread(
+                        target=self._follow_restarts, name=f"{self.name}-restarts", daemon=True
+                    ).start()
                 self._wait_for_backdoor(deadline, not_boot_id=None)
             except BaseException:
                 self.close()
@@ -212,7 +226,8 @@ class QemuMachine(Machine):
             reason = f"QEMU failed under KVM: {str(error).splitlines()[0]}"
         accel_choice.remember(binary, False, reason)
         log.warning(f"{self.name}: {reason}; restarting under TCG (accel=auto)")
-        self._close()
+        with self._lifecycle:
+            self._release()
         return "tcg"
 
     def _launch(self, accel: str, keep_ports: bool = False) -> None:
@@ -224,9 +239,10 @@ class QemuMachine(Machine):
         for attempt in range(1, PORT_ATTEMPTS + 1):
             if not (keep_ports and attempt == 1 and self._forwards):
                 self._forwards = {port: procs.free_port() for port in self.guest_ports}
-            with log.nested(f"launching QEMU ({accel}) for {self.name}"):
+            with log.nested(f"launching QEMU ({accel}) for {self.name}"), self._lifecycle:
                 if self._try_launch(accel):
                     self.accel_used = accel
+                    self._launches += 1
                     return
             log.warning(f"{self.name}: host port taken meanwhile (attempt {attempt}); retrying")
         raise DriverError(f"{self.name}: could not bind host ports in {PORT_ATTEMPTS} attempts")
@@ -235,31 +251,9 @@ class QemuMachine(Machine):
         """One launch attempt; False when a forwarded host port was taken in the meantime."""
         if self._runtime_dir is not None:  # left over from an abandoned launch
             shutil.rmtree(self._runtime_dir, ignore_errors=True)
-        remove_orphaned_runtime_dirs()
-        # Short path: UNIX socket paths are limited to 108 bytes. The PID in the name lets a
-        # later run remove dirs of sessions that were SIGKILLed (no Python cleanup ran there).
-        runtime = Path(tempfile.mkdtemp(prefix=f"vmt-{os.getpid()}-", dir="/tmp"))
-        self._runtime_dir = runtime
-        sockets = qemu_launch.Sockets(runtime / "s", runtime / "b", runtime / "q")
-        listeners = {}
-        for key, path in (("serial", sockets.serial), ("backdoor", sockets.backdoor)):
-            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            listener.bind(str(path))
-            listener.listen(1)
-            listeners[key] = listener
+        self._runtime_dir, sockets, listeners = listen_for_qemu()
         spec = self._spec(accel, sockets)
-        stderr = (self.state_dir / "qemu-stderr.log").open("ab")
-        try:
-            self._proc = procs.spawn(
-                spec.argv,
-                f"qemu {self.name}",
-                stdin=subprocess.DEVNULL,
-                stdout=stderr,
-                stderr=stderr,
-                env={**os.environ, **spec.env},
-            )
-        finally:
-            stderr.close()
+        self._proc = spawn_qemu(spec, self.name, self.state_dir / "qemu-stderr.log")
         try:
             serial = accept_connection(self, listeners["serial"], "serial console")
             backdoor = accept_connection(self, listeners["backdoor"], "backdoor console")
@@ -324,11 +318,13 @@ class QemuMachine(Machine):
             if not self.console.wait_for_boot(expected, sync):
                 log.warning(f"{self.name}: no kernel boot line on ttyS0; console split unsure")
             self._boot_index = max(0, self.console.boot_count - 1)
+            self._ready_launch = self._launches
             self._ready = True
             log.info(f"boot {boot_id} ready (console boot #{self._boot_index})")
 
     def _shutdown(self, timeout: float) -> None:
         """Power off cleanly (``systemctl poweroff``, then ACPI via QMP) and wait for exit."""
+        self._stopping = True
         if not self.process_running:
             self.close()
             return
@@ -354,6 +350,7 @@ class QemuMachine(Machine):
 
     def _crash(self) -> None:
         """Power off hard: QMP ``quit`` (no guest shutdown), then make sure QEMU is gone."""
+        self._stopping = True
         with log.nested(f"crashing {self.name}"):
             self._qmp_command("quit")
             self._wait_exit(time.monotonic() + 10)
@@ -373,6 +370,12 @@ class QemuMachine(Machine):
 
     def _close(self) -> None:
         """Release everything: kill QEMU if still running, close sockets, remove the run dir."""
+        self._stopping = True
+        with self._lifecycle:
+            self._release()
+
+    def _release(self) -> None:
+        """Kill QEMU if it still runs and drop its sockets; the console capture stays."""
         self._ready = False
         if self._qmp is not None:
             close_qmp(self._qmp)
@@ -441,22 +444,55 @@ class QemuMachine(Machine):
         ``reset`` mode QEMU resets the guest in place.
         """
         if self.reboot_mode == "restart":
-            self._restart_process(deadline)
+            self._await_restart(deadline)
         self._wait_for_backdoor(deadline, not_boot_id=self._pre_reboot_boot_id)
 
-    def _restart_process(self, deadline: float) -> None:
-        """Wait for QEMU to exit at the end of the guest's shutdown, then launch it again."""
+    def _follow_restarts(self) -> None:
+        """Restart mode: whenever the guest reboots (QEMU exits under ``-no-reboot``), start a
+        fresh QEMU on the same disk, whoever asked for the reboot (this driver, ssh, the guest).
+
+        A QEMU that ends any other way (poweroff, crash, a deliberate stop) stays down. This
+        thread launches the new QEMU and then lives as long as it does: QEMU's parent-death
+        signal (``procs.spawn``) belongs to the thread that started it.
+        """
+        while True:
+            proc = self._proc
+            if proc is None:
+                return
+            proc.wait()
+            self.console.wait_detached(timeout=5.0)  # the last console bytes say why it ended
+            with self._lifecycle:
+                if self._stopping or self._proc is not proc:
+                    return
+                if RESTART_LINE not in self.console.text():
+                    log.warning(f"{self.name}: QEMU exited without a guest reboot; stays down")
+                    return
+                with log.nested(f"{self.name} rebooted: a fresh QEMU boots the same disk"):
+                    self._release()
+                    try:
+                        self._launch(self.accel_used or "tcg", keep_ports=True)
+                    except DriverError as error:
+                        self._restart_error = error
+                        return
+
+    def _await_restart(self, deadline: float) -> None:
+        """Wait until the restart follower has launched QEMU again for the reboot."""
         start = time.monotonic()
-        with log.nested(f"waiting for {self.name} to power off for its reboot"):
-            if self.process_running and not self._wait_exit(deadline):
-                raise WaitTimeout(
-                    f"{self.name} to shut down for its reboot (QEMU -no-reboot exit)",
-                    time.monotonic() - start,
-                    self.diagnostics(),
-                )
-        accel = self.accel_used or "tcg"
-        self._close()
-        self._launch(accel, keep_ports=True)
+        with log.nested(f"waiting for {self.name} to shut down and start again"):
+            while self._launches <= self._ready_launch:
+                if self._restart_error is not None:
+                    raise MachineGone(
+                        f"{self.name}: QEMU could not start again: {self._restart_error}"
+                    )
+                if self._stopping:
+                    raise MachineGone(f"{self.name} was stopped while it rebooted")
+                if time.monotonic() >= deadline:
+                    raise WaitTimeout(
+                        f"{self.name} to shut down for its reboot and start again (-no-reboot)",
+                        time.monotonic() - start,
+                        self.diagnostics(),
+                    )
+                time.sleep(0.1)
 
     # ---- console -----------------------------------------------------------------------------
 

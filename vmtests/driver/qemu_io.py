@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import select
 import shutil
 import socket
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
+from vmtests.driver import procs
 from vmtests.driver.errors import DriverError, MachineGone, WaitTimeout
+from vmtests.driver.qemu_launch import LaunchSpec, Sockets
 
 if TYPE_CHECKING:
     from vmtests.driver.qemu import QemuMachine
@@ -55,6 +60,37 @@ class SocketTransport:
     def close(self) -> None:
         """Close the socket."""
         self._connection.close()
+
+
+def listen_for_qemu() -> tuple[Path, Sockets, dict[str, socket.socket]]:
+    """A fresh runtime dir with the serial and backdoor sockets listening (QMP: QEMU's own).
+
+    The path is short because UNIX socket paths are limited to 108 bytes. The PID in its name
+    lets a later run remove the dirs of sessions that were SIGKILLed (no cleanup ran there).
+    """
+    remove_orphaned_runtime_dirs()
+    runtime = Path(tempfile.mkdtemp(prefix=f"vmt-{os.getpid()}-", dir="/tmp"))
+    sockets = Sockets(runtime / "s", runtime / "b", runtime / "q")
+    listeners = {}
+    for key, path in (("serial", sockets.serial), ("backdoor", sockets.backdoor)):
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(path))
+        listener.listen(1)
+        listeners[key] = listener
+    return runtime, sockets, listeners
+
+
+def spawn_qemu(spec: LaunchSpec, name: str, stderr_log: Path) -> subprocess.Popen[bytes]:
+    """Start QEMU (registered for cleanup), its stdout and stderr appended to ``stderr_log``."""
+    with stderr_log.open("ab") as stderr:
+        return procs.spawn(
+            spec.argv,
+            f"qemu {name}",
+            stdin=subprocess.DEVNULL,
+            stdout=stderr,
+            stderr=stderr,
+            env={**os.environ, **spec.env},
+        )
 
 
 def remove_orphaned_runtime_dirs() -> None:

@@ -20,6 +20,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "vm: boots a QEMU guest (needs qemu-system-x86_64)")
     config.addinivalue_line("markers", "nix: evaluates Nix (needs nix-instantiate)")
     config.addinivalue_line("markers", "hw: runs on a real P150 host (explicit opt-in only)")
+    # pytest-xdist's marker, registered here too so that --strict-markers accepts it without
+    # xdist (tests then simply run in one process).
+    config.addinivalue_line("markers", "xdist_group(name): run on the same xdist worker")
 
 
 # ---- options, profile and machine target (the persistence scenario) ------------------------------
@@ -64,15 +67,16 @@ def hardware_allowed(config: pytest.Config) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip ``hw`` tests unless the hardware tier was explicitly opted into."""
-    if hardware_allowed(config):
-        return
+    """Skip ``hw`` tests unless the hardware tier was explicitly opted into; keep the tests
+    of the shared reference guest on one xdist worker, so that it boots once."""
     skip = pytest.mark.skip(
         reason="hardware tier: needs --target ssh://user@host AND --hw-opt-in (explicit opt-in)"
     )
     for item in items:
-        if "hw" in item.keywords:
+        if "hw" in item.keywords and not hardware_allowed(config):
             item.add_marker(skip)
+        if "shared_reference_guest" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(SHARED_GUEST_GROUP))
 
 
 @pytest.fixture(scope="session")
@@ -134,6 +138,29 @@ def reference_image() -> ReferenceImage:
     from vmtests.guest.image import reference_image as cached_image  # noqa: PLC0415
 
     return cached_image()
+
+
+SHARED_GUEST_GROUP = "shared-reference-guest"
+
+
+@pytest.fixture(scope="session")
+def shared_reference_guest(
+    reference_image: ReferenceImage, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[QemuMachine]:
+    """One reference guest booted once and shared by every test that can share it.
+
+    Such a test leaves the guest running and answering (it may reboot it). Its tests run on
+    one xdist worker (marker ``xdist_group``), so the guest boots once per session.
+    """
+    from vmtests.guest.image import start_reference_guest  # noqa: PLC0415
+
+    guest = start_reference_guest(
+        tmp_path_factory.mktemp("shared-guest"), name="shared", image=reference_image
+    )
+    try:
+        yield guest
+    finally:
+        guest.close()
 
 
 @pytest.fixture

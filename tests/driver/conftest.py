@@ -1,7 +1,7 @@
-"""Fixtures of the driver integration tests: one shared reference guest, process scanning.
+"""Fixtures of the driver integration tests: the shared reference guest, an ssh session to it.
 
-Booting a guest under TCG costs ~15-25 s, so the framing, unit, console, reboot and ssh tests
-share one guest; each of them leaves it running and answering, so they stay independent.
+Booting a guest under TCG costs ~10-25 s, so the framing, unit, console, reboot and ssh tests
+share the plugin's ``shared_reference_guest``; each leaves it running and answering.
 """
 
 from __future__ import annotations
@@ -14,21 +14,12 @@ import pytest
 from vmtests.driver.qemu import QemuMachine
 from vmtests.driver.ssh import SshMachine
 from vmtests.guest.access import ssh_to_guest
-from vmtests.guest.image import ReferenceImage, start_reference_guest
 
 
-@pytest.fixture(scope="session")
-def shared_guest(
-    reference_image: ReferenceImage, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[QemuMachine]:
-    """A reference guest shared by the driver tests (TCG unless VMTESTS_ACCEL says otherwise)."""
-    guest = start_reference_guest(
-        tmp_path_factory.mktemp("shared-guest"), name="shared", image=reference_image
-    )
-    try:
-        yield guest
-    finally:
-        guest.close()
+@pytest.fixture
+def shared_guest(shared_reference_guest: QemuMachine) -> QemuMachine:
+    """The session's shared reference guest (the plugin's ``shared_reference_guest``)."""
+    return shared_reference_guest
 
 
 @pytest.fixture

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from stub_support import PRODUCTION_ARGS, PRODUCTION_ENV
@@ -18,15 +16,9 @@ PROBE_UNIT = "stub-probe"
 
 
 @pytest.fixture
-def guest(tmp_path: Path) -> Iterator[Machine]:
-    """A fresh reference guest (TCG), always shut down and closed."""
-    from vmtests.guest.image import start_reference_guest  # noqa: PLC0415  (vm tier only)
-
-    machine = start_reference_guest(tmp_path / "guest", name="stub-guest", accel="tcg")
-    try:
-        yield machine
-    finally:
-        machine.close()
+def guest(shared_reference_guest: Machine) -> Machine:
+    """The session's shared reference guest: the stub layer is installed next to the rest."""
+    return shared_reference_guest
 
 
 def check_device_layer(machine: Machine) -> None:

@@ -155,7 +155,7 @@ def test_auto_tool_choice_needs_tool_calling_enabled(start_server: StartServer) 
     body = {"messages": [{"role": "user", "content": "hi"}], "tools": [WEATHER_TOOL]}
     response = post(plain.url, "/v1/chat/completions", body)
     assert response.status_code == 400
-    assert "--enable-auto-tool-choice" in response.json()["message"]
+    assert "--enable-auto-tool-choice" in response.json()["error"]["message"]
 
 
 @pytest.mark.parametrize(
@@ -172,7 +172,9 @@ def test_invalid_requests_get_vllm_errors(
 ) -> None:
     response = post(server.url, path, body)
     assert response.status_code == status
-    error = response.json()
-    assert error["object"] == "error"
+    body = response.json()
+    assert list(body) == ["error"]  # vLLM 0.16 ErrorResponse: {"error": {...}}
+    error = body["error"]
+    assert set(error) == {"message", "type", "param", "code"}
     assert error["code"] == status
     assert message in error["message"]

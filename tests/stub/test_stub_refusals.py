@@ -93,3 +93,27 @@ def test_malformed_knob_is_a_usage_error() -> None:
     rc, output = run_to_exit(BASELINE_ARGS, base_env(**{knobs.FAIL_RATE: "often"}))
     assert rc == 2
     assert f"{knobs.FAIL_RATE}='often' is not a number" in output
+
+
+@pytest.mark.nix
+def test_the_modules_automatic_no_async_scheduling_keeps_resident_prefix_from_being_refused(
+    start_server: StartServer,
+) -> None:
+    """resident = prefix caching + resident decode, asyncScheduling left automatic (null).
+
+    Resident decode makes qwen36 declare async decode, so the plugin leaves vLLM's default
+    (async on) alone and the model would refuse prefix caching. The only thing in the way is
+    the ``--no-async-scheduling`` the core adds by itself.
+    """
+    from vmtests.nixcore import evaluate_core  # noqa: PLC0415  (nix tier only)
+
+    core = evaluate_core(profile_file=Path("hosts/profiles/resident.nix"))
+    assert core.failed_assertions == []
+    assert core.args.count("--no-async-scheduling") == 1
+    assert "async-scheduling=off" in core.banner
+    output = start_server(core.args, core.environment).output()
+    assert "Asynchronous scheduling is disabled." in output
+    assert "qwen36: prefix caching ACTIVE" in output
+    without = [arg for arg in core.args if arg != "--no-async-scheduling"]
+    line = refused(without, core.environment)
+    assert "prefix sidecars require synchronous local execution" in line

@@ -76,6 +76,9 @@ sec health
 curl -sS -m 10 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health" 2>&1
 sec models
 curl -sS -m 10 -w '\n%{http_code}' "http://127.0.0.1:$port/v1/models" 2>&1
+sec metrics  # only the server's own cache config (vLLM v1/metrics/loggers.py), and the status
+curl -sS -m 10 -w '\n%{http_code}' "http://127.0.0.1:$port/metrics" 2>&1 \
+  | grep -E '^vllm:cache_config_info[{ ]|^[0-9]{3}$|^curl:'
 sec meminfo; grep -i huge /proc/meminfo
 sec hugepage_pools
 for d in /sys/kernel/mm/hugepages/hugepages-*kB; do
@@ -181,6 +184,9 @@ def parse_snapshot(
     snapshot.health = _endpoint(f"http://127.0.0.1:{port}/health", sections.get("health", ""))
     snapshot.models = _endpoint(
         f"http://127.0.0.1:{port}/v1/models", sections.get("models", ""), with_body=True
+    )
+    snapshot.metrics = _endpoint(
+        f"http://127.0.0.1:{port}/metrics", sections.get("metrics", ""), with_body=True
     )
     snapshot.hugepages = HugepageState(
         pools=_pools(sections.get("hugepage_pools", "")),

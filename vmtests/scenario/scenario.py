@@ -35,6 +35,7 @@ from vmtests.scenario.compare import (
 from vmtests.scenario.metering import DriverMeter, MeteredMachine
 from vmtests.scenario.reference_switch import Switcher, wait_ready
 from vmtests.scenario.results import CheckResult, as_informational, failed
+from vmtests.scenario.server_config import check_server_config
 from vmtests.scenario.snapshot import Snapshot
 from vmtests.scenario.sources import check_sources
 
@@ -42,12 +43,14 @@ from vmtests.scenario.sources import check_sources
 def evaluate_stage(
     profile: Profile, snapshot: Snapshot, previous: Snapshot | None = None
 ) -> list[CheckResult]:
-    """Every single-snapshot check: service, profile, consistency, runtime-only sources."""
+    """Every single-snapshot check: service, profile, the server's own config, consistency,
+    runtime-only sources."""
     size = profile.hugepages.size_kib if profile.hugepages else None
     relevant = [*profile.env_set, *profile.env_absent]
     return [
         *check_service(snapshot),
         *check_profile(profile, snapshot, previous),
+        *check_server_config(profile, snapshot),
         *check_consistency(snapshot),
         *check_sources(snapshot, size, relevant),
     ]

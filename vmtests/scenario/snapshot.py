@@ -135,6 +135,8 @@ class Snapshot:
     earlier_journal: list[JournalLine] = field(default_factory=list)
     health: Endpoint = field(default_factory=lambda: Endpoint("/health"))
     models: Endpoint = field(default_factory=lambda: Endpoint("/v1/models"))
+    # The vllm:cache_config_info sample(s) of /metrics: the server's own cache config.
+    metrics: Endpoint = field(default_factory=lambda: Endpoint("/metrics"))
     hugepages: HugepageState = field(default_factory=HugepageState)
     generations: dict[str, str] = field(default_factory=dict)
     port: int = SERVING_PORT
@@ -198,6 +200,7 @@ class Snapshot:
             earlier_journal=[JournalLine(**line) for line in data.get("earlier_journal", [])],
             health=Endpoint(**data["health"]),
             models=Endpoint(**data["models"]),
+            metrics=Endpoint(**data.get("metrics", {"url": "/metrics"})),
             hugepages=HugepageState(**hugepages),
         )
         return cls(**fields)

@@ -169,9 +169,7 @@ def markdown_summary(result: ScenarioResult, controls: Sequence[ControlOutcome] 
             "| key | S0 | S1 | S2 |",
             "| --- | --- | --- | --- |",
         ]
-        reported = {
-            stage: describe(snapshot, keys) for stage, snapshot in result.snapshots.items()
-        }
+        reported = {stage: describe(snapshot, keys) for stage, snapshot in result.snapshots.items()}
         for key in keys:
             cells = [reported.get(stage, {}).get(key, "-") for stage in STAGES]
             lines.append(f"| `{key}` | " + " | ".join(cells) + " |")

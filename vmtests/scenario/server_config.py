@@ -93,9 +93,7 @@ def check_server_config(profile: Profile, snapshot: Snapshot) -> list[CheckResul
         reported = _reported(config, key)
         if not reported:
             why = "; ".join(config.problems) or f"neither source names {key}"
-            results.append(
-                failed(stage, CHECK, key, f"the server reports no {key}: {why}")
-            )
+            results.append(failed(stage, CHECK, key, f"the server reports no {key}: {why}"))
             continue
         wrong = [(source, value) for source, value in reported if value != expected]
         if not wrong:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import requests
 from stub_support import (
     BASELINE_ARGS,
     PRODUCTION_ARGS,
@@ -185,3 +186,23 @@ def test_stub_satisfies_the_yaml_profile_with_the_cores_real_output(
         assert banner.pattern.search(output), f"{banner.name} missing:\n{output}"
     for banner in profile.banners_absent:
         assert not banner.pattern.search(output), f"{banner.name} must be absent:\n{output}"
+
+
+def test_a_model_build_without_prefix_support_gets_prefix_caching_switched_off(
+    start_server: StartServer,
+) -> None:
+    """vllm_tt_plugin/platform.py: the flag is given, the plugin turns it off, the engine too."""
+    capabilities = '{"supports_prefix_caching": false}'
+    env = {**PRODUCTION_ENV, "VMTESTS_STUB_MODEL_CAPABILITIES": capabilities}
+    server = start_server(PRODUCTION_ARGS, env)
+    output = server.output()
+    assert (
+        "Prefix caching is not supported in TT backend for models.demos.qwen36.tt.qwen36_vllm, "
+        "disabling it" in output
+    )
+    assert "Automatic prefix caching is disabled" in output
+    assert "enable_prefix_caching=False," in output
+    assert "qwen36: prefix caching ACTIVE" not in output
+    text = requests.get(server.url + "/metrics", timeout=30).text
+    assert 'enable_prefix_caching="False"' in text
+    assert 'mamba_cache_mode="none"' in text

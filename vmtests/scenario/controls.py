@@ -36,6 +36,7 @@ from vmtests.scenario.reference_switch import (
 )
 from vmtests.scenario.results import CheckResult
 from vmtests.scenario.scenario import evaluate_stage
+from vmtests.stub import knobs, release
 
 RUNTIME_DROP_IN_DIR = f"/run/systemd/system/{SERVING_UNIT}.d"
 DURABLE_DROP_IN_DIR = f"{UNIT_DIR}/{SERVING_UNIT}.d"
@@ -137,6 +138,31 @@ def lying_banner(machine: Machine, switch: ReferenceSwitch) -> None:
     install_units(machine, switch.target.without_env(env_name("sdpaStreaming")), wait=False)
     echo = f"ExecStartPre=/bin/echo {systemd_quote(banner_text('sdpaStreaming'))}"
     write_file(machine, f"{DURABLE_DROP_IN_DIR}/50-banner.conf", f"[Service]\n{echo}\n")
+    _restart(machine)
+
+
+def engine_without_prefix_caching(machine: Machine, switch: ReferenceSwitch) -> None:
+    """argv and banners claim prefix caching; the engine runs without it.
+
+    The unit keeps ``--enable-prefix-caching`` and the module banner; a durable drop-in runs a
+    model build that does not declare ``supports_prefix_caching`` (so the TT plugin's
+    ``check_and_update_config`` switches prefix caching off, vllm_tt_plugin/platform.py) and
+    echoes the prefix-caching banners the profile looks for. Only the server's own cache
+    config (``vllm:cache_config_info``, the engine config line) tells the truth.
+    """
+    install_units(machine, switch.target, wait=False)
+    capabilities = f'{knobs.MODEL_CAPABILITIES}={{"supports_prefix_caching":false}}'
+    banners = [
+        release.prefix_caching_line(True),
+        banner_text("prefixCaching", mode="align"),
+    ]
+    lines = [
+        "[Service]",
+        f"Environment={systemd_quote(capabilities)}",
+        *(f"ExecStartPre=/bin/echo {systemd_quote(text)}" for text in banners),
+        "",
+    ]
+    write_file(machine, f"{DURABLE_DROP_IN_DIR}/50-model-build.conf", "\n".join(lines))
     _restart(machine)
 
 
@@ -247,6 +273,14 @@ CONTROLS: tuple[Control, ...] = (
         "consistency",
         re.compile(r"claims sdpaStreaming is on, but the live argv/env do not turn it on"),
         lying_banner,
+    ),
+    Control(
+        "engine runs without prefix caching",
+        "argv, module banner and echoed banners claim prefix caching; a model build without "
+        "supports_prefix_caching makes the TT plugin switch it off in the engine",
+        "server.cache-config",
+        re.compile(r"own cache config says enable_prefix_caching=False .*the engine does not run"),
+        engine_without_prefix_caching,
     ),
     Control(
         "hugepages written at runtime",

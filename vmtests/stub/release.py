@@ -146,6 +146,11 @@ TT_ASYNC_WARNING = (
 )
 
 
+TT_PREFIX_UNSUPPORTED = (
+    f"Prefix caching is not supported in TT backend for {TT_MODEL_MODULE}, disabling it"
+)
+
+
 def prefix_caching_line(enabled: bool) -> str:
     """The TT plugin's statement after it decided (no trailing period, as upstream)."""
     return f"Automatic prefix caching is {'enabled' if enabled else 'disabled'}"

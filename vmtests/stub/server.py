@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         drain_timeout = knobs.env_float(env, knobs.DRAIN_TIMEOUT, knobs.DEFAULT_DRAIN_TIMEOUT)
         knobs.env_float(env, knobs.TIME_SCALE, knobs.DEFAULT_TIME_SCALE)
         knobs.env_step_factors(env)
+        knobs.model_capabilities(env)
     except knobs.KnobError as error:
         print(f"vmtests.stub.server: error: {error}", file=sys.stderr, flush=True)
         return 2

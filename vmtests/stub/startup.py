@@ -13,8 +13,11 @@ In the API server process, while ``VllmConfig`` is built:
 3. The TT plugin (``vllm_tt_plugin/platform.py``, ``check_and_update_config``): a model that
    does not declare ``model_capabilities['supports_async_decode']`` gets async scheduling
    switched off with a WARNING. qwen36 declares it only with resident decode
-   (``supports_async_decode: _RESIDENT``). The plugin then logs ``Automatic prefix caching is
-   enabled/disabled`` (qwen36 declares prefix caching support).
+   (``supports_async_decode: _RESIDENT``). A model that does not declare
+   ``supports_prefix_caching`` gets prefix caching switched off with a WARNING (and the mamba
+   mode renormalised to ``none``); qwen36 declares it, a build can be imitated that does not
+   (``VMTESTS_STUB_MODEL_CAPABILITIES``). The plugin then logs ``Automatic prefix caching is
+   enabled/disabled``.
 
 In the engine core, when the model loads: the device must exist; the qwen36 model code refuses
 prefix caching while async scheduling is *still* on ("prefix sidecars require synchronous local
@@ -25,7 +28,7 @@ So prefix caching refuses async only with resident decode, unless the module's a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from vmtests.contracts import features as feature_table
 from vmtests.stub import features, knobs, release
@@ -103,11 +106,20 @@ def decide(args: ServeArgs, env: knobs.Environ, printer: VllmLog) -> Plan:
     # vLLM 0.16 schedules asynchronously unless told not to.
     async_scheduling = args.async_scheduling is not False
     printer.info("async", release.async_scheduling_line(async_scheduling))
-    # qwen36: model_capabilities = {"supports_async_decode": _RESIDENT, ...}
-    supports_async_decode = active.device_resident
-    if async_scheduling and not supports_async_decode:
+    # qwen36: model_capabilities = {"supports_async_decode": _RESIDENT,
+    #                               "supports_prefix_caching": True, ...}
+    capabilities = {
+        "supports_async_decode": active.device_resident,
+        "supports_prefix_caching": True,
+        **knobs.model_capabilities(env),
+    }
+    if async_scheduling and not capabilities["supports_async_decode"]:
         printer.warning("tt_async", release.TT_ASYNC_WARNING)
         async_scheduling = False
+    if prefix and not capabilities["supports_prefix_caching"]:
+        prefix = False
+        printer.warning("prefix", release.TT_PREFIX_UNSUPPORTED)
+        active = replace(active, prefix_caching=False, mamba_cache_mode="none")
     printer.info("prefix", release.prefix_caching_line(prefix))
     return Plan(active=active, async_scheduling=async_scheduling)
 

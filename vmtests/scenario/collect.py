@@ -33,6 +33,7 @@ SNAPSHOT_TIMEOUT = 120.0
 JOURNAL_MAX_LINES = 20000
 UNIT_PROPERTIES = (
     "ActiveState,SubState,Result,MainPID,InvocationID,FragmentPath,DropInPaths,ExecStart,"
+    "ExecStartPre,EnvironmentFiles,"
     "NeedDaemonReload,UnitFileState,LoadState,ControlGroup,TimeoutStopUSec,KillSignal,WantedBy"
 )
 HUGEPAGE_UNIT_PROPERTIES = (
@@ -61,6 +62,29 @@ sec unit; systemctl show -p "$UNITPROPS" "$unit"
 sec unit_env; systemctl show -p Environment --value "$unit" | base64 -w0
 sec unit_files; files "$unit"
 sec manager_env; systemctl show-environment
+sec unit_sources  # files the unit reads: EnvironmentFile=, Exec* scripts, what they source
+srcfile() {
+  [ -f "$1" ] && printf '@@vmtests-file %s %s\n' "$1" "$(head -c 65536 "$1" | base64 -w0)"
+}
+for f in $(systemctl show -p EnvironmentFiles --value "$unit" | sed 's/ ([a-z_]*=[a-z]*)//g'); do
+  srcfile "$f"
+done
+for p in $(systemctl show -p ExecStartPre,ExecStart --value "$unit" \
+    | grep -o 'path=[^ ;]*' | cut -d= -f2 | sort -u); do
+  if [ -f "$p" ] && [ "$(head -c 2 "$p")" = '#!' ]; then
+    srcfile "$p"
+    for r in $(grep -oE '(^|[ ;])(\.|source) +/[^ ;"]+|--env-file[= ]/[^ ;"]+' "$p" \
+        | grep -oE '/[^ ;"]+'); do srcfile "$r"; done
+  fi
+done
+for r in $(systemctl show -p ExecStart --value "$unit" | grep -oE -- '--env-file[= ]/[^ ;]+' \
+    | grep -oE '/[^ ;]+'); do srcfile "$r"; done
+sec env_generators
+for d in /run/systemd/system-environment-generators /etc/systemd/system-environment-generators \
+    /usr/local/lib/systemd/system-environment-generators \
+    /usr/lib/systemd/system-environment-generators /lib/systemd/system-environment-generators; do
+  [ -d "$d" ] && for g in "$d"/*; do [ -e "$g" ] && echo "$g"; done
+done
 pid=$(systemctl show -p MainPID --value "$unit")
 sec main_process; [ "${pid:-0}" != 0 ] && proc "$pid"
 sec listener
@@ -173,6 +197,8 @@ def parse_snapshot(
             _environment_words(_b64(sections.get("unit_env", "")).strip())
         ),
     )
+    snapshot.unit.sources = _files(sections.get("unit_sources", ""))
+    snapshot.env_generators = sections.get("env_generators", "").split()
     snapshot.unit.properties["ExecStart"] = redact_text(snapshot.unit.prop("ExecStart"))
     snapshot.manager_environment = redact_environment(
         _assignments(sections.get("manager_env", "").splitlines())

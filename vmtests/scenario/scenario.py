@@ -33,6 +33,7 @@ from vmtests.scenario.compare import (
     diff_snapshots,
 )
 from vmtests.scenario.metering import DriverMeter, MeteredMachine
+from vmtests.scenario.provenance import check_provenance
 from vmtests.scenario.reference_switch import Switcher, wait_ready
 from vmtests.scenario.results import CheckResult, as_informational, failed
 from vmtests.scenario.server_config import check_server_config
@@ -44,7 +45,7 @@ def evaluate_stage(
     profile: Profile, snapshot: Snapshot, previous: Snapshot | None = None
 ) -> list[CheckResult]:
     """Every single-snapshot check: service, profile, the server's own config, consistency,
-    runtime-only sources."""
+    runtime-only sources and the provenance of every serving-relevant live value."""
     size = profile.hugepages.size_kib if profile.hugepages else None
     relevant = [*profile.env_set, *profile.env_absent]
     return [
@@ -53,6 +54,7 @@ def evaluate_stage(
         *check_server_config(profile, snapshot),
         *check_consistency(snapshot),
         *check_sources(snapshot, size, relevant),
+        *check_provenance(snapshot, relevant),
     ]
 
 

@@ -23,6 +23,9 @@ class UnitState:
     properties: dict[str, str] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
     environment: dict[str, str] = field(default_factory=dict)
+    # Other files the unit reads: EnvironmentFile=, Exec* scripts and the files they source,
+    # docker --env-file (path -> text).
+    sources: dict[str, str] = field(default_factory=dict)
 
     def prop(self, key: str) -> str:
         """One property, ``""`` when systemd did not report it."""
@@ -131,6 +134,7 @@ class Snapshot:
     listener: ProcessState | None = None
     container: dict[str, Any] | None = None
     manager_environment: dict[str, str] = field(default_factory=dict)
+    env_generators: list[str] = field(default_factory=list)  # system-environment-generators
     journal: list[JournalLine] = field(default_factory=list)
     earlier_journal: list[JournalLine] = field(default_factory=list)
     health: Endpoint = field(default_factory=lambda: Endpoint("/health"))

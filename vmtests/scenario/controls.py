@@ -41,6 +41,11 @@ from vmtests.stub import knobs, release
 RUNTIME_DROP_IN_DIR = f"/run/systemd/system/{SERVING_UNIT}.d"
 DURABLE_DROP_IN_DIR = f"{UNIT_DIR}/{SERVING_UNIT}.d"
 HAND_PID_FILE = "/run/vmtests-hand-serving.pid"
+RUNTIME_CONFIG_DIR = "/run/tenstorrent-serving"
+RUN_ENV_FILE = f"{RUNTIME_CONFIG_DIR}/features.env"
+RUN_FLAGS_FILE = f"{RUNTIME_CONFIG_DIR}/flags.sh"
+WRAPPER = "/usr/local/bin/tenstorrent-serving-wrapper"
+UNRELATED_VARIABLE = "EDITOR"
 VENDOR_UNIT_DIR = "/usr/lib/systemd/system"
 SETTLE_TIMEOUT = 120.0
 
@@ -58,6 +63,9 @@ class Control:
     apply: Apply
     reboot: bool = False
     settle: bool = True  # wait for the unit and /health after applying (False: unit stopped)
+    # A false-alarm control: unrelated state that must raise no failure at all ("detected"
+    # then means "no alarm", as required).
+    false_alarm: bool = False
 
 
 @dataclass
@@ -163,6 +171,57 @@ def engine_without_prefix_caching(machine: Machine, switch: ReferenceSwitch) -> 
         "",
     ]
     write_file(machine, f"{DURABLE_DROP_IN_DIR}/50-model-build.conf", "\n".join(lines))
+    _restart(machine)
+
+
+def environment_file_under_run(machine: Machine, switch: ReferenceSwitch) -> None:
+    """A durable drop-in reads the feature variables from an ``EnvironmentFile`` under /run."""
+    names = [env_name(feature) for feature in ENV_FEATURES]
+    install_units(machine, switch.target.without_env(*names), wait=False)
+    values = [f"{k}={v}" for k, v in switch.target.environment.items() if k in names]
+    write_file(machine, RUN_ENV_FILE, "\n".join([*values, ""]))
+    write_file(
+        machine,
+        f"{DURABLE_DROP_IN_DIR}/50-environment-file.conf",
+        f"[Service]\nEnvironmentFile={RUN_ENV_FILE}\n",
+    )
+    _restart(machine)
+
+
+def wrapper_sources_run(machine: Machine, switch: ReferenceSwitch) -> None:
+    """A durable ExecStart wrapper takes the validated flags from a file under /run."""
+    target = switch.target
+    install_units(machine, target, wait=False)
+    script = "\n".join(
+        [
+            "#!/bin/sh",
+            f". {RUN_FLAGS_FILE}",
+            "exec /usr/bin/python3 -m vmtests.stub.server $SERVING_FLAGS",
+            "",
+        ]
+    )
+    write_file(machine, WRAPPER, script)
+    machine.succeed(f"chmod 755 {WRAPPER}")
+    write_file(machine, RUN_FLAGS_FILE, f"SERVING_FLAGS={shlex.quote(' '.join(target.args))}\n")
+    write_file(
+        machine,
+        f"{DURABLE_DROP_IN_DIR}/50-wrapper.conf",
+        f"[Service]\nExecStart=\nExecStart={WRAPPER}\n",
+    )
+    _restart(machine)
+
+
+def unrelated_manager_variable(machine: Machine, switch: ReferenceSwitch) -> None:
+    """The correct configuration plus ``systemctl set-environment EDITOR=vi`` (unrelated)."""
+    install_units(machine, switch.target, wait=False)
+    machine.succeed(f"systemctl set-environment {UNRELATED_VARIABLE}=vi")
+    _restart(machine)
+
+
+def unrelated_runtime_drop_in(machine: Machine, switch: ReferenceSwitch) -> None:
+    """The correct configuration plus a /run drop-in that only sets CPUWeight= (unrelated)."""
+    install_units(machine, switch.target, wait=False)
+    write_file(machine, f"{RUNTIME_DROP_IN_DIR}/50-weight.conf", "[Service]\nCPUWeight=50\n")
     _restart(machine)
 
 
@@ -283,6 +342,36 @@ CONTROLS: tuple[Control, ...] = (
         engine_without_prefix_caching,
     ),
     Control(
+        "EnvironmentFile under /run",
+        f"feature variables only in EnvironmentFile={RUN_ENV_FILE} (durable drop-in)",
+        "source.provenance",
+        re.compile(r"reaches the server from EnvironmentFile /run/.*gone after the next reboot"),
+        environment_file_under_run,
+    ),
+    Control(
+        "wrapper script sources /run",
+        f"durable ExecStart wrapper {WRAPPER} sources its flags from {RUN_FLAGS_FILE}",
+        "source.provenance",
+        re.compile(r"read by the wrapper script .*under /run .*gone after the next reboot"),
+        wrapper_sources_run,
+    ),
+    Control(
+        "unrelated manager variable (false alarm)",
+        f"correct configuration plus systemctl set-environment {UNRELATED_VARIABLE}=vi",
+        "",
+        re.compile(""),
+        unrelated_manager_variable,
+        false_alarm=True,
+    ),
+    Control(
+        "unrelated runtime drop-in (false alarm)",
+        f"correct configuration plus {RUNTIME_DROP_IN_DIR}/50-weight.conf with CPUWeight=50",
+        "",
+        re.compile(""),
+        unrelated_runtime_drop_in,
+        false_alarm=True,
+    ),
+    Control(
         "hugepages written at runtime",
         "no boot-time hugepage unit; nr_hugepages written by hand",
         "source.hugepages",
@@ -333,7 +422,8 @@ def reset_to_target(machine: Machine, switch: ReferenceSwitch) -> None:
         f"rm -f {HAND_PID_FILE}; fi; "
         f"rm -rf {RUNTIME_DROP_IN_DIR} {DURABLE_DROP_IN_DIR} /run/systemd/system/{SERVING_UNIT}; "
         f"systemctl unmask {HUGEPAGES_UNIT} 2>&1; rm -f {VENDOR_UNIT_DIR}/{HUGEPAGES_UNIT}; "
-        f"systemctl unset-environment {names}; "
+        f"systemctl unset-environment {names} {UNRELATED_VARIABLE}; "
+        f"rm -rf {RUNTIME_CONFIG_DIR} {WRAPPER}; "
         "systemctl daemon-reload; true",
         timeout=120,
     )
@@ -370,12 +460,16 @@ def run_control(machine: Machine, switch: ReferenceSwitch, control: Control) -> 
         matches = [
             f for f in failures if f.check == control.check and control.message.search(f.message)
         ]
+        detected, message = bool(matches), matches[0].message if matches else "NOT DETECTED"
+        if control.false_alarm:
+            detected = not failures
+            message = "no alarm, as required" if detected else f"FALSE ALARM: {failures[0]}"
         outcome = ControlOutcome(
             control.name,
             control.mechanism,
             control.check,
-            bool(matches),
-            matches[0].message if matches else "NOT DETECTED",
+            detected,
+            message,
             failures,
             time.monotonic() - start,
         )

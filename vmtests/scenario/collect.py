@@ -103,6 +103,13 @@ curl -sS -m 10 -w '\n%{http_code}' "http://127.0.0.1:$port/v1/models" 2>&1
 sec metrics  # only the server's own cache config (vLLM v1/metrics/loggers.py), and the status
 curl -sS -m 10 -w '\n%{http_code}' "http://127.0.0.1:$port/metrics" 2>&1 \
   | grep -E '^vllm:cache_config_info[{ ]|^[0-9]{3}$|^curl:'
+sec tt_smi  # the card as tt-smi sees it (parsed by vmtests.tt_smi_parse)
+if command -v tt-smi >/dev/null 2>&1; then
+  out=$(timeout 60 tt-smi -s --snapshot_no_tty 2>&1); rc=$?
+  printf '%s\n' "$out" | head -c 262144; printf '\n%s\n' "$rc"
+else
+  echo "tt-smi: not installed"
+fi
 sec meminfo; grep -i huge /proc/meminfo
 sec hugepage_pools
 for d in /sys/kernel/mm/hugepages/hugepages-*kB; do
@@ -214,6 +221,7 @@ def parse_snapshot(
     snapshot.metrics = _endpoint(
         f"http://127.0.0.1:{port}/metrics", sections.get("metrics", ""), with_body=True
     )
+    snapshot.tt_smi = _endpoint("tt-smi -s", sections.get("tt_smi", ""), with_body=True)
     snapshot.hugepages = HugepageState(
         pools=_pools(sections.get("hugepage_pools", "")),
         meminfo=_meminfo(sections.get("meminfo", "")),

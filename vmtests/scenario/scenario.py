@@ -23,6 +23,7 @@ from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
 from vmtests.profiles import Profile
+from vmtests.scenario.card import check_card
 from vmtests.scenario.checks import check_consistency, check_profile, check_service
 from vmtests.scenario.collect import take_snapshot
 from vmtests.scenario.compare import (
@@ -55,6 +56,7 @@ def evaluate_stage(
         *check_consistency(snapshot),
         *check_sources(snapshot, size, relevant),
         *check_provenance(snapshot, relevant),
+        *check_card(snapshot),
     ]
 
 

@@ -141,6 +141,8 @@ class Snapshot:
     models: Endpoint = field(default_factory=lambda: Endpoint("/v1/models"))
     # The vllm:cache_config_info sample(s) of /metrics: the server's own cache config.
     metrics: Endpoint = field(default_factory=lambda: Endpoint("/metrics"))
+    # ``tt-smi -s``: status is its exit status, body its output.
+    tt_smi: Endpoint = field(default_factory=lambda: Endpoint("tt-smi -s"))
     hugepages: HugepageState = field(default_factory=HugepageState)
     generations: dict[str, str] = field(default_factory=dict)
     port: int = SERVING_PORT
@@ -205,6 +207,7 @@ class Snapshot:
             health=Endpoint(**data["health"]),
             models=Endpoint(**data["models"]),
             metrics=Endpoint(**data.get("metrics", {"url": "/metrics"})),
+            tt_smi=Endpoint(**data.get("tt_smi", {"url": "tt-smi -s"})),
             hugepages=HugepageState(**hugepages),
         )
         return cls(**fields)

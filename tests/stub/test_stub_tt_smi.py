@@ -3,32 +3,16 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from stub_support import BASELINE_ARGS, StartServer, base_env
+from stub_support import BASELINE_ARGS, StartServer, base_env, tt_smi
 
-from vmtests.guest.local_stub import PACKAGE_PARENT
 from vmtests.stub import knobs
 
 HOST_INFO_KEYS = ["OS", "Distro", "Kernel", "Hostname", "Platform", "Python", "Memory", "Driver"]
 BOARD_INFO_KEYS = {"bus_id", "board_type", "board_id", "coords", "dram_status", "dram_speed",
                    "pcie_speed", "pcie_width"}  # fmt: skip
-
-
-def tt_smi(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """Run the stub tt-smi with exactly ``env`` (plus a PATH)."""
-    return subprocess.run(
-        [sys.executable, "-m", "vmtests.stub.tt_smi", *argv],
-        cwd=PACKAGE_PARENT,
-        env={"PATH": "/usr/bin:/bin", **env},
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
 
 
 @pytest.fixture

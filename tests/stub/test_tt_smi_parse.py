@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from stub_support import BASELINE_ARGS, StartServer, base_env
+from stub_support import BASELINE_ARGS, StartServer, base_env, tt_smi
 
-from vmtests.guest.local_stub import PACKAGE_PARENT
 from vmtests.stub import knobs
 from vmtests.tt_smi_parse import TtSmiError, board_type_of, parse_list, parse_snapshot
 
@@ -21,15 +18,8 @@ COLUMNS = ["UMD Chip ID", "PCI BDF", "PCI Dev ID", "Board Type", "Device Series"
 
 def stub_tt_smi(*argv: str, env: dict[str, str]) -> str:
     """The stub tt-smi's stdout (exit status 0 required)."""
-    result = subprocess.run(
-        [sys.executable, "-m", "vmtests.stub.tt_smi", *argv],
-        cwd=PACKAGE_PARENT,
-        env={"PATH": "/usr/bin:/bin", **env},
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
+    result = tt_smi(*argv, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
 
 

@@ -106,6 +106,11 @@ def _restart(machine: Machine) -> None:
     machine.succeed(f"systemctl daemon-reload && systemctl restart {SERVING_UNIT}", timeout=120)
 
 
+def _durable_drop_in(machine: Machine, name: str, settings: list[str]) -> None:
+    """Write a ``[Service]`` drop-in of the serving unit under /etc (durable)."""
+    write_file(machine, f"{DURABLE_DROP_IN_DIR}/{name}", "\n".join(["[Service]", *settings, ""]))
+
+
 def _exec_lines(config: ServingConfig) -> list[str]:
     """The ExecStart/ExecStartPre/Environment lines of ``config``'s serving unit."""
     keep = ("ExecStart=", "ExecStartPre=", "Environment=")
@@ -145,7 +150,7 @@ def lying_banner(machine: Machine, switch: ReferenceSwitch) -> None:
     """A durable drop-in prints the SDPA streaming banner; the environment lacks the switch."""
     install_units(machine, switch.target.without_env(env_name("sdpaStreaming")), wait=False)
     echo = f"ExecStartPre=/bin/echo {systemd_quote(banner_text('sdpaStreaming'))}"
-    write_file(machine, f"{DURABLE_DROP_IN_DIR}/50-banner.conf", f"[Service]\n{echo}\n")
+    _durable_drop_in(machine, "50-banner.conf", [echo])
     _restart(machine)
 
 
@@ -165,12 +170,10 @@ def engine_without_prefix_caching(machine: Machine, switch: ReferenceSwitch) -> 
         banner_text("prefixCaching", mode="align"),
     ]
     lines = [
-        "[Service]",
         f"Environment={systemd_quote(capabilities)}",
         *(f"ExecStartPre=/bin/echo {systemd_quote(text)}" for text in banners),
-        "",
     ]
-    write_file(machine, f"{DURABLE_DROP_IN_DIR}/50-model-build.conf", "\n".join(lines))
+    _durable_drop_in(machine, "50-model-build.conf", lines)
     _restart(machine)
 
 
@@ -180,11 +183,7 @@ def environment_file_under_run(machine: Machine, switch: ReferenceSwitch) -> Non
     install_units(machine, switch.target.without_env(*names), wait=False)
     values = [f"{k}={v}" for k, v in switch.target.environment.items() if k in names]
     write_file(machine, RUN_ENV_FILE, "\n".join([*values, ""]))
-    write_file(
-        machine,
-        f"{DURABLE_DROP_IN_DIR}/50-environment-file.conf",
-        f"[Service]\nEnvironmentFile={RUN_ENV_FILE}\n",
-    )
+    _durable_drop_in(machine, "50-environment-file.conf", [f"EnvironmentFile={RUN_ENV_FILE}"])
     _restart(machine)
 
 
@@ -203,11 +202,7 @@ def wrapper_sources_run(machine: Machine, switch: ReferenceSwitch) -> None:
     write_file(machine, WRAPPER, script)
     machine.succeed(f"chmod 755 {WRAPPER}")
     write_file(machine, RUN_FLAGS_FILE, f"SERVING_FLAGS={shlex.quote(' '.join(target.args))}\n")
-    write_file(
-        machine,
-        f"{DURABLE_DROP_IN_DIR}/50-wrapper.conf",
-        f"[Service]\nExecStart=\nExecStart={WRAPPER}\n",
-    )
+    _durable_drop_in(machine, "50-wrapper.conf", ["ExecStart=", f"ExecStart={WRAPPER}"])
     _restart(machine)
 
 

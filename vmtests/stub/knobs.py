@@ -102,36 +102,34 @@ def env_flag(env: Environ, name: str) -> bool:
     return env.get(name, "").strip().lower() in {"1", "true", "yes"}
 
 
-def env_step_factors(env: Environ) -> dict[str, float]:
-    """The ``VMTESTS_STUB_STEP_FACTORS`` overrides as a feature -> factor mapping."""
-    raw = env.get(STEP_FACTORS, "").strip()
+def _json_object(env: Environ, name: str) -> dict[str, object]:
+    """A knob holding a JSON object ({} when unset); ``KnobError`` when it is not one."""
+    raw = env.get(name, "").strip()
     if not raw:
         return {}
     try:
         parsed = json.loads(raw)
     except json.JSONDecodeError as error:
-        raise KnobError(f"{STEP_FACTORS} is not JSON: {error}") from error
-    if not isinstance(parsed, dict) or not all(
-        isinstance(value, int | float) and value > 0 for value in parsed.values()
-    ):
+        raise KnobError(f"{name} is not JSON: {error}") from error
+    if not isinstance(parsed, dict):
+        raise KnobError(f"{name} must be a JSON object")
+    return {str(key): value for key, value in parsed.items()}
+
+
+def env_step_factors(env: Environ) -> dict[str, float]:
+    """The ``VMTESTS_STUB_STEP_FACTORS`` overrides as a feature -> factor mapping."""
+    parsed = _json_object(env, STEP_FACTORS)
+    if not all(isinstance(value, int | float) and value > 0 for value in parsed.values()):
         raise KnobError(f"{STEP_FACTORS} must map feature names to positive numbers")
-    return {str(key): float(value) for key, value in parsed.items()}
+    return {key: float(value) for key, value in parsed.items()}  # type: ignore[arg-type]
 
 
 def model_capabilities(env: Environ) -> dict[str, bool]:
     """The ``VMTESTS_STUB_MODEL_CAPABILITIES`` overrides (capability name -> bool)."""
-    raw = env.get(MODEL_CAPABILITIES, "").strip()
-    if not raw:
-        return {}
-    try:
-        parsed = json.loads(raw)
-    except json.JSONDecodeError as error:
-        raise KnobError(f"{MODEL_CAPABILITIES} is not JSON: {error}") from error
-    if not isinstance(parsed, dict) or not all(
-        key in CAPABILITY_NAMES and isinstance(value, bool) for key, value in parsed.items()
-    ):
+    parsed = _json_object(env, MODEL_CAPABILITIES)
+    if not all(key in CAPABILITY_NAMES and isinstance(v, bool) for key, v in parsed.items()):
         raise KnobError(f"{MODEL_CAPABILITIES} must map {CAPABILITY_NAMES} to true/false")
-    return {str(key): bool(value) for key, value in parsed.items()}
+    return {key: bool(value) for key, value in parsed.items()}
 
 
 def current_environment() -> dict[str, str]:

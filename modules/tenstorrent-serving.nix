@@ -77,7 +77,7 @@ in
         "Pass `--enable-prefix-caching --mamba-cache-mode <mambaCacheMode>` (else `--no-enable-prefix-caching`). Implies synchronous scheduling.";
     mambaCacheMode =
       option "mambaCacheMode" (types.enum [ "all" "align" "none" ])
-        "`--mamba-cache-mode` used with prefix caching.";
+        "`--mamba-cache-mode` used with prefix caching; `\"none\"` with prefix caching is an assertion failure (vLLM would switch it to `align`).";
     asyncScheduling =
       option "asyncScheduling" (types.nullOr types.bool)
         "`--async-scheduling` (true) / `--no-async-scheduling` (false). null = automatic: `--no-async-scheduling` whenever prefix caching is on (prefix sidecars require synchronous local execution); true with prefix caching is an assertion failure.";

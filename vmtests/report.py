@@ -22,6 +22,7 @@ from vmtests.scenario.controls import ControlOutcome
 from vmtests.scenario.redact import redact_text
 from vmtests.scenario.results import CheckResult
 from vmtests.scenario.scenario import ScenarioResult
+from vmtests.scenario.server_config import describe
 
 STAGES = ("S0", "S1", "S2")
 TIMING_GROUPS = {
@@ -157,6 +158,21 @@ def markdown_summary(result: ScenarioResult, controls: Sequence[ControlOutcome] 
     for row in profile_rows(result.profile):
         cells = [_cell(by_key.get((stage, row.check, row.subject), [])) for stage in STAGES]
         lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
+    keys = list(result.profile.server_config)
+    if keys:
+        lines += [
+            "",
+            "## Cache config reported by the running server",
+            "",
+            "From `vllm:cache_config_info` on /metrics and the engine config line.",
+            "",
+            "| key | S0 | S1 | S2 |",
+            "| --- | --- | --- | --- |",
+        ]
+        reported = {stage: describe(snapshot, keys) for stage, snapshot in result.snapshots.items()}
+        for key in keys:
+            cells = [reported.get(stage, {}).get(key, "-") for stage in STAGES]
+            lines.append(f"| `{key}` | " + " | ".join(cells) + " |")
     lines += ["", "## Failed checks", ""]
     lines += [f"- {redact_text(str(check))}" for check in result.failures] or ["- none"]
     if result.error:

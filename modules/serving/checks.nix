@@ -57,6 +57,12 @@ in
     ++
       check (cfg.toolCalling.enable -> cfg.toolCalling.parser != null)
         "${opt}.toolCalling.enable needs a parser (vLLM's --enable-auto-tool-choice requires --tool-call-parser). Set ${opt}.toolCalling.parser, e.g. \"qwen3_coder\" for Qwen3.6."
+    # vLLM (model_executor/models/config.py, HybridAttentionMambaModelConfig) keeps prefix
+    # caching on with --mamba-cache-mode none and silently runs "align" (qwen36) or "all"
+    # instead: the declared mode would not be the live one, so the module refuses it.
+    ++
+      check (!(prefix && cfg.mambaCacheMode == "none"))
+        "${opt}.mambaCacheMode = \"none\" with enablePrefixCaching: vLLM keeps prefix caching on and switches the mode itself (to \"align\" for qwen36, with a warning), so the declared mode would not be the one that runs. Set ${opt}.mambaCacheMode = \"align\" (or \"all\" for a model that supports it), or enablePrefixCaching = false."
     ++
       check (builtins.elem cfg.mambaCacheMode mambaCacheModes)
         "${opt}.mambaCacheMode must be one of ${join mambaCacheModes}, got \"${cfg.mambaCacheMode}\"."

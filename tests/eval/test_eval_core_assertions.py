@@ -34,6 +34,11 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         "toolCalling.enable needs a parser",
     ),
     ("unknown-mamba-mode", {"mambaCacheMode": "partial"}, "mambaCacheMode must be one of"),
+    (
+        "prefix-caching-with-mamba-mode-none",
+        {"mambaCacheMode": "none"},
+        'vLLM keeps prefix caching on and switches the mode itself (to "align" for qwen36',
+    ),
     ("bad-hugepage-size", {"hugepages": {"count": 2, "size": "4K"}}, "hugepages.size must be"),
     ("no-devices", {"devices": []}, "devices is empty"),
     ("managed-flag-in-extra-args", {"extraArgs": ["--async-scheduling"]}, "extraArgs must not"),
@@ -72,8 +77,9 @@ def test_invalid_combination_fails_with_its_message(
         ({"asyncScheduling": True}, "asyncScheduling = null"),
         ({"toolCalling": {"enable": True, "parser": None}}, '"qwen3_coder"'),
         ({"extraArgs": ["--port=9000"]}, "set services.tenstorrent-serving.port instead"),
+        ({"mambaCacheMode": "none"}, 'services.tenstorrent-serving.mambaCacheMode = "align"'),
     ],
-    ids=["resident", "async", "parser", "extra-args"],
+    ids=["resident", "async", "parser", "extra-args", "mamba-none"],
 )
 def test_assertion_messages_say_what_to_set(
     nix: str, overrides: dict[str, Any], remedy: str
@@ -93,6 +99,12 @@ def test_async_scheduling_is_automatic_without_prefix_caching(nix: str) -> None:
     assert "--no-async-scheduling" not in output.args
     assert "--async-scheduling" not in output.args
     assert "async-scheduling=auto" in output.banner
+
+
+def test_mamba_mode_none_without_prefix_caching_is_valid(nix: str) -> None:
+    output = evaluate_core({"mambaCacheMode": "none"})
+    assert output.failed_assertions == []
+    assert "--mamba-cache-mode" not in output.args
 
 
 def test_mamba_mode_without_prefix_caching_is_a_warning(nix: str) -> None:

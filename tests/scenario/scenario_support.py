@@ -62,6 +62,21 @@ def module_banner(resident: bool, digest: str = "sha256:" + "ab" * 32) -> str:
     )
 
 
+# What vLLM v1/engine/core.py logs and v1/metrics/loggers.py publishes for cfx-llm2/resident.
+ENGINE_LINE = (
+    "(EngineCore_DP0 pid=594) INFO 11-30 01:33:58 [core.py:93] Initializing a V1 LLM engine "
+    "(v0.16.0) with config: model='/models/qwen36', speculative_config=None, "
+    "tokenizer='/models/qwen36', max_seq_len=32768, served_model_name=qwen36, "
+    "enable_prefix_caching=True, enable_chunked_prefill=True, pooler_config=None, "
+    "compilation_config={'level': 0, 'cache_dir': ''}"
+)
+CACHE_CONFIG_INFO = (
+    'vllm:cache_config_info{block_size="64",cache_dtype="auto",enable_prefix_caching="True",'
+    'engine="0",mamba_block_size="64",mamba_cache_mode="align",'
+    'prefix_caching_hash_algo="sha256",sliding_window="None"} 1.0'
+)
+
+
 def startup_lines(resident: bool) -> list[str]:
     """The unit's startup log of one start: module banner, vLLM lines, feature banners."""
     prefix = "(APIServer pid=594) INFO 11-30 01:33:58 [api_server.py:1] "
@@ -75,8 +90,9 @@ def startup_lines(resident: bool) -> list[str]:
     return [
         "Starting tenstorrent-serving.service...",
         module_banner(resident),
-        prefix + "Automatic prefix caching is enabled",
         prefix + "Asynchronous scheduling is disabled.",
+        prefix + "Automatic prefix caching is enabled",
+        ENGINE_LINE,
         prefix + '"auto" tool choice has been enabled.',
         *(prefix + banner for banner in banners),
         prefix + "qwen36: prefix caching ACTIVE (mamba cache mode align, prefix sidecars "
@@ -150,6 +166,7 @@ def good_snapshot(resident: bool = False, label: str = "S1") -> Snapshot:
         ],
         health=Endpoint("http://127.0.0.1:8000/health", 200),
         models=Endpoint("http://127.0.0.1:8000/v1/models", 200, json.dumps(models)),
+        metrics=Endpoint("http://127.0.0.1:8000/metrics", 200, CACHE_CONFIG_INFO),
         hugepages=HugepageState(pools={GIB_KIB: 2, 2048: 0}, unit=hugepage_unit),
     )
 

@@ -81,7 +81,12 @@ def test_reports_of_a_passing_run(tmp_path: Path) -> None:
     assert data["ok"] is True
     assert data["failures"] == []
     assert data["diffs"] == []
-    assert "PASSED" in markdown_summary(result)
+    markdown = markdown_summary(result)
+    assert "PASSED" in markdown
+    assert "| server reports `enable_prefix_caching=True` | - | pass | pass |" in markdown
+    assert "## Cache config reported by the running server" in markdown
+    assert "| `enable_prefix_caching` | - | True | True |" in markdown
+    assert "| `mamba_cache_mode` | - | align | align |" in markdown
     assert timing_breakdown(result)["reboot"] == 20.0
 
 

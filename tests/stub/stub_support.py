@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -11,7 +13,7 @@ from typing import Any
 import requests
 
 from vmtests.contracts import features
-from vmtests.guest.local_stub import LocalStubServer
+from vmtests.guest.local_stub import PACKAGE_PARENT, LocalStubServer
 from vmtests.stub import knobs
 
 # The production command line (cfx-llm2) as modules/serving/core.nix renders it; host and port
@@ -33,7 +35,7 @@ StartServer = Callable[..., LocalStubServer]
 STUB_KNOBS = (
     knobs.DEVICES, knobs.DRIVER_FILE, knobs.TIME_SCALE, knobs.STEP_FACTORS, knobs.DRAIN_TIMEOUT,
     knobs.FAIL_RATE, knobs.FAULT_SEED, knobs.DEGENERATE, knobs.OUTPUT_SALT, knobs.CRASH_AT_START,
-    knobs.START_DELAY, knobs.HANG,
+    knobs.START_DELAY, knobs.HANG, knobs.MODEL_CAPABILITIES,
 )  # fmt: skip
 
 
@@ -131,3 +133,16 @@ def metric(url: str, name: str) -> float:
     response = requests.get(url + "/metrics", timeout=HTTP_TIMEOUT)
     response.raise_for_status()
     return sum(value for _, value in parse_prometheus(response.text).get(name, []))
+
+
+def tt_smi(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run the stub tt-smi with exactly ``env`` (plus a PATH) to its exit."""
+    return subprocess.run(
+        [sys.executable, "-m", "vmtests.stub.tt_smi", *argv],
+        cwd=PACKAGE_PARENT,
+        env={"PATH": "/usr/bin:/bin", **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )

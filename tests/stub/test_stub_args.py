@@ -43,8 +43,6 @@ def test_negative_spellings_and_human_readable_lengths() -> None:
     [
         (["--enable-prefix-cache"], "unrecognized arguments: --enable-prefix-cache"),
         (["--mamba-cache-mode", "aligned"], "argument --mamba-cache-mode: invalid choice"),
-        (["--enable-auto-tool-choice"], "--enable-auto-tool-choice requires --tool-call-parser"),
-        (["--tool-call-parser", "qwen4"], "argument --tool-call-parser: invalid choice"),
         (["--additional-config", "{tt:"], "argument --additional-config: invalid loads value"),
         (["--additional-config", "[1]"], "argument --additional-config: invalid loads value"),
         (["--block-size", "0"], "argument --block-size: invalid int value"),
@@ -63,15 +61,47 @@ def test_invalid_arguments_are_argparse_errors(
     assert message in stderr
 
 
-def test_unknown_argument_ends_the_process_with_status_2() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "vmtests.stub.server", "--served-model-name", "x", "--bogus"],
+def run_server(*argv: str) -> subprocess.CompletedProcess[str]:
+    """Run the stub server with ``argv`` to its exit (these command lines never serve)."""
+    return subprocess.run(
+        [sys.executable, "-m", "vmtests.stub.server", *argv],
         cwd=PACKAGE_PARENT,
         capture_output=True,
         text=True,
         timeout=30,
         check=False,
     )
+
+
+def test_unknown_argument_ends_the_process_with_status_2() -> None:
+    result = run_server("--served-model-name", "x", "--bogus")
     assert result.returncode == 2
     assert "error: unrecognized arguments: --bogus" in result.stderr
     assert "Application startup complete" not in result.stdout
+
+
+def test_auto_tool_choice_without_parser_is_vllms_type_error() -> None:
+    """vLLM entrypoints/openai/cli_args.py raises TypeError after parsing, not argparse."""
+    result = run_server("--enable-auto-tool-choice")
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        "TypeError: Error: --enable-auto-tool-choice requires --tool-call-parser"
+    )
+    assert "usage:" not in result.stderr
+    assert "Application startup complete" not in result.stdout
+
+
+def test_unknown_tool_call_parser_fails_at_server_setup_not_in_argparse() -> None:
+    """vLLM api_server.py validate_api_server_args: a KeyError after the version line."""
+    result = run_server("--enable-auto-tool-choice", "--tool-call-parser", "qwen4")
+    assert result.returncode == 1
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("KeyError: 'invalid tool call parser: qwen4 (chose from { "), last
+    assert ",qwen3_coder," in last
+    assert "non-default args: {" in result.stdout  # argparse accepted it
+    assert "Application startup complete" not in result.stdout
+
+
+def test_a_parser_without_auto_tool_choice_is_not_validated() -> None:
+    args, _ = parse_args(["--tool-call-parser", "qwen4"])
+    assert args.tool_call_parser == "qwen4"

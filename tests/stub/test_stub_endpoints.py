@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import requests
@@ -155,7 +156,7 @@ def test_auto_tool_choice_needs_tool_calling_enabled(start_server: StartServer) 
     body = {"messages": [{"role": "user", "content": "hi"}], "tools": [WEATHER_TOOL]}
     response = post(plain.url, "/v1/chat/completions", body)
     assert response.status_code == 400
-    assert "--enable-auto-tool-choice" in response.json()["message"]
+    assert "--enable-auto-tool-choice" in response.json()["error"]["message"]
 
 
 @pytest.mark.parametrize(
@@ -172,7 +173,9 @@ def test_invalid_requests_get_vllm_errors(
 ) -> None:
     response = post(server.url, path, body)
     assert response.status_code == status
-    error = response.json()
-    assert error["object"] == "error"
+    reply: dict[str, Any] = response.json()
+    assert list(reply) == ["error"]  # vLLM 0.16 ErrorResponse: {"error": {...}}
+    error = reply["error"]
+    assert set(error) == {"message", "type", "param", "code"}
     assert error["code"] == status
     assert message in error["message"]

@@ -29,7 +29,7 @@ def test_fail_rate_1_fails_every_request_with_a_500(start_server: StartServer) -
     for _ in range(5):
         response = post(server.url, "/v1/completions", BODY)
         assert response.status_code == 500
-        assert response.json()["type"] == "InternalServerError"
+        assert response.json()["error"]["type"] == "InternalServerError"
     assert "vmtests stub fault knobs: {'fail_rate': 1.0}" in server.output()
 
 

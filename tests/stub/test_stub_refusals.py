@@ -5,7 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from stub_support import BASELINE_ARGS, PRODUCTION_ARGS, PRODUCTION_ENV, base_env, feature_env
+from stub_support import (
+    BASELINE_ARGS,
+    PRODUCTION_ARGS,
+    PRODUCTION_ENV,
+    RESIDENT_ENV,
+    StartServer,
+    base_env,
+    feature_env,
+)
 
 from vmtests.guest.local_stub import run_to_exit
 from vmtests.stub import knobs
@@ -29,9 +37,25 @@ def refused(args: list[str], env: dict[str, str]) -> str:
     [[*PREFIX_WITHOUT_SYNC, "--async-scheduling"], PREFIX_WITHOUT_SYNC],
     ids=["explicit-async", "async-by-default"],
 )
-def test_prefix_caching_with_async_scheduling_is_refused(args: list[str]) -> None:
-    line = refused(args, PRODUCTION_ENV)
+def test_resident_decode_keeps_async_on_so_prefix_caching_refuses_it(args: list[str]) -> None:
+    """qwen36 declares async decode only with resident decode: the plugin leaves async on."""
+    line = refused(args, RESIDENT_ENV)
     assert "prefix sidecars require synchronous local execution" in line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[*PREFIX_WITHOUT_SYNC, "--async-scheduling"], PREFIX_WITHOUT_SYNC],
+    ids=["explicit-async", "async-by-default"],
+)
+def test_without_resident_decode_the_plugin_disables_async_and_prefix_caching_starts(
+    start_server: StartServer, args: list[str]
+) -> None:
+    """The TT plugin switches async off first, so the model never sees it still on."""
+    output = start_server(args, PRODUCTION_ENV).output()
+    assert "Disabling async scheduling." in output
+    assert "prefix sidecars require" not in output
+    assert "Automatic prefix caching is enabled" in output
 
 
 def test_missing_device_node_is_refused(tmp_path: Path) -> None:
@@ -69,3 +93,27 @@ def test_malformed_knob_is_a_usage_error() -> None:
     rc, output = run_to_exit(BASELINE_ARGS, base_env(**{knobs.FAIL_RATE: "often"}))
     assert rc == 2
     assert f"{knobs.FAIL_RATE}='often' is not a number" in output
+
+
+@pytest.mark.nix
+def test_the_modules_automatic_no_async_scheduling_keeps_resident_prefix_from_being_refused(
+    start_server: StartServer,
+) -> None:
+    """resident = prefix caching + resident decode, asyncScheduling left automatic (null).
+
+    Resident decode makes qwen36 declare async decode, so the plugin leaves vLLM's default
+    (async on) alone and the model would refuse prefix caching. The only thing in the way is
+    the ``--no-async-scheduling`` the core adds by itself.
+    """
+    from vmtests.nixcore import evaluate_core  # noqa: PLC0415  (nix tier only)
+
+    core = evaluate_core(profile_file=Path("hosts/profiles/resident.nix"))
+    assert core.failed_assertions == []
+    assert core.args.count("--no-async-scheduling") == 1
+    assert "async-scheduling=off" in core.banner
+    output = start_server(core.args, core.environment).output()
+    assert "Asynchronous scheduling is disabled." in output
+    assert "qwen36: prefix caching ACTIVE" in output
+    without = [arg for arg in core.args if arg != "--no-async-scheduling"]
+    line = refused(without, core.environment)
+    assert "prefix sidecars require synchronous local execution" in line

@@ -3,32 +3,16 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from stub_support import BASELINE_ARGS, StartServer, base_env
+from stub_support import BASELINE_ARGS, StartServer, base_env, tt_smi
 
-from vmtests.guest.local_stub import PACKAGE_PARENT
 from vmtests.stub import knobs
 
 HOST_INFO_KEYS = ["OS", "Distro", "Kernel", "Hostname", "Platform", "Python", "Memory", "Driver"]
 BOARD_INFO_KEYS = {"bus_id", "board_type", "board_id", "coords", "dram_status", "dram_speed",
                    "pcie_speed", "pcie_width"}  # fmt: skip
-
-
-def tt_smi(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """Run the stub tt-smi with exactly ``env`` (plus a PATH)."""
-    return subprocess.run(
-        [sys.executable, "-m", "vmtests.stub.tt_smi", *argv],
-        cwd=PACKAGE_PARENT,
-        env={"PATH": "/usr/bin:/bin", **env},
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
 
 
 @pytest.fixture
@@ -62,14 +46,16 @@ def test_list_shows_one_p150(driver_file: Path) -> None:
     result = tt_smi("-ls", env=base_env(**{knobs.DRIVER_FILE: str(driver_file)}))
     assert result.returncode == 0
     rows = [line for line in result.stdout.splitlines() if "p150a" in line]
-    assert len(rows) == 1
-    assert "/dev/null" in rows[0]
+    assert len(rows) == 2  # all boards, then the boards that can be reset
+    assert "/dev/tenstorrent/0" in rows[0]
+    assert "Blackhole" in rows[0]
 
 
 def test_no_driver_prints_the_real_message(tmp_path: Path) -> None:
     result = tt_smi("-s", env=base_env(**{knobs.DRIVER_FILE: str(tmp_path / "absent")}))
     assert result.returncode == 1
-    assert result.stdout.startswith("No Tenstorrent driver detected!")
+    # tt_smi/tt_smi.py: print(CMD_LINE_COLOR.RED, message, CMD_LINE_COLOR.ENDC), TTY or not
+    assert result.stdout.startswith("\x1b[31m No Tenstorrent driver detected! ")
 
 
 @pytest.mark.parametrize("kind", ["missing", "regular-file"])
@@ -80,4 +66,4 @@ def test_no_device_prints_the_real_message(driver_file: Path, tmp_path: Path, ki
     env = base_env(**{knobs.DRIVER_FILE: str(driver_file), knobs.DEVICES: str(node)})
     result = tt_smi("-s", env=env)
     assert result.returncode == 1
-    assert result.stdout.startswith("No Tenstorrent devices detected!")
+    assert result.stdout.startswith("\x1b[31m No Tenstorrent devices detected! ")

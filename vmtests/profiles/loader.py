@@ -84,6 +84,9 @@ def parse_profile(document: object, source: Path) -> Profile:
         module_banner=MappingProxyType(dict(module_banner)),
         hugepages=_hugepages(reader, top.get("hugepages")),
         source=source,
+        server_config=MappingProxyType(
+            dict(reader.string_map(top.get("server_config", {}), "server_config"))
+        ),
     )
 
 

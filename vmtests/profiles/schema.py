@@ -2,9 +2,12 @@
 
 A profile says, for one serving profile (a Nix attrset under ``hosts/profiles/``), which vLLM
 arguments must and must not appear, which container environment must be set or absent, which
-startup banners must and must not be logged, what the module's own banner must say, and which
-hugepages must be reserved at boot. Profiles are written by hand from the user's request; they
-are never generated from the Nix core, so that they can disagree with it.
+startup banners must and must not be logged, what the module's own banner must say, which
+hugepages must be reserved at boot, and what the running server itself must report about its
+cache config (``server_config``: labels of vLLM's ``vllm:cache_config_info``, e.g.
+``enable_prefix_caching: "True"``, ``mamba_cache_mode: align``). Profiles are written by hand
+from the user's request; they are never generated from the Nix core, so that they can
+disagree with it.
 
 Every mistake raises ``ProfileError`` naming the file, the key path and what was expected.
 """
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -24,9 +27,16 @@ from vmtests.contracts.features import ENV_FEATURES, env_name
 HUGEPAGE_SIZES_KIB = {"1G": 1024 * 1024, "2M": 2048}
 TOP_LEVEL_KEYS = frozenset(
     {"name", "description", "serving_profile", "args", "environment", "banners"}
-    | {"module_banner", "hugepages"}
+    | {"module_banner", "hugepages", "server_config"}
 )
-EXPECTATION_KEYS = ("args", "environment", "banners", "module_banner", "hugepages")
+EXPECTATION_KEYS = (
+    "args",
+    "environment",
+    "banners",
+    "module_banner",
+    "hugepages",
+    "server_config",
+)
 
 
 class ProfileError(ValueError):
@@ -81,6 +91,8 @@ class Profile:
     module_banner: Mapping[str, str]
     hugepages: HugepagesExpectation | None
     source: Path
+    # Labels of vllm:cache_config_info (vLLM config/cache.py field names, values as str()).
+    server_config: Mapping[str, str] = field(default_factory=dict)
 
 
 class UniqueKeyLoader(yaml.SafeLoader):

@@ -27,6 +27,8 @@ from vmtests.scenario.results import CheckResult, failed, passed, stage_phrase
 from vmtests.scenario.snapshot import JournalLine, Snapshot
 from vmtests.scenario.sources import origin_of
 
+SERVER_CHECK = "server.cache-config"  # the rows of vmtests.scenario.server_config
+
 
 @dataclass(frozen=True)
 class Row:
@@ -68,6 +70,10 @@ def profile_rows(profile: Profile) -> list[Row]:
     rows += [
         Row("profile.module-banner", k, f"module banner `{k}={v}`", frozenset({"module-banner"}))
         for k, v in profile.module_banner.items()
+    ]
+    rows += [
+        Row(SERVER_CHECK, k, f"server reports `{k}={v}`", frozenset())
+        for k, v in profile.server_config.items()
     ]
     if profile.hugepages is not None:
         hp = profile.hugepages
@@ -151,6 +157,8 @@ def check_profile(
     source = _process_phrase(snapshot)
     results: list[CheckResult] = []
     for row in profile_rows(profile):
+        if row.check == SERVER_CHECK:
+            continue  # vmtests.scenario.server_config checks these
         if row.check == "profile.banner":
             results.append(_banner_result(profile, snapshot, row, current, older))
             continue

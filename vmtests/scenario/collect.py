@@ -33,6 +33,7 @@ SNAPSHOT_TIMEOUT = 120.0
 JOURNAL_MAX_LINES = 20000
 UNIT_PROPERTIES = (
     "ActiveState,SubState,Result,MainPID,InvocationID,FragmentPath,DropInPaths,ExecStart,"
+    "ExecStartPre,EnvironmentFiles,"
     "NeedDaemonReload,UnitFileState,LoadState,ControlGroup,TimeoutStopUSec,KillSignal,WantedBy"
 )
 HUGEPAGE_UNIT_PROPERTIES = (
@@ -61,6 +62,29 @@ sec unit; systemctl show -p "$UNITPROPS" "$unit"
 sec unit_env; systemctl show -p Environment --value "$unit" | base64 -w0
 sec unit_files; files "$unit"
 sec manager_env; systemctl show-environment
+sec unit_sources  # files the unit reads: EnvironmentFile=, Exec* scripts, what they source
+srcfile() {
+  [ -f "$1" ] && printf '@@vmtests-file %s %s\n' "$1" "$(head -c 65536 "$1" | base64 -w0)"
+}
+for f in $(systemctl show -p EnvironmentFiles --value "$unit" | sed 's/ ([a-z_]*=[a-z]*)//g'); do
+  srcfile "$f"
+done
+for p in $(systemctl show -p ExecStartPre,ExecStart --value "$unit" \
+    | grep -o 'path=[^ ;]*' | cut -d= -f2 | sort -u); do
+  if [ -f "$p" ] && [ "$(head -c 2 "$p")" = '#!' ]; then
+    srcfile "$p"
+    for r in $(grep -oE '(^|[ ;])(\.|source) +/[^ ;"]+|--env-file[= ]/[^ ;"]+' "$p" \
+        | grep -oE '/[^ ;"]+'); do srcfile "$r"; done
+  fi
+done
+for r in $(systemctl show -p ExecStart --value "$unit" | grep -oE -- '--env-file[= ]/[^ ;]+' \
+    | grep -oE '/[^ ;]+'); do srcfile "$r"; done
+sec env_generators
+for d in /run/systemd/system-environment-generators /etc/systemd/system-environment-generators \
+    /usr/local/lib/systemd/system-environment-generators \
+    /usr/lib/systemd/system-environment-generators /lib/systemd/system-environment-generators; do
+  [ -d "$d" ] && for g in "$d"/*; do [ -e "$g" ] && echo "$g"; done
+done
 pid=$(systemctl show -p MainPID --value "$unit")
 sec main_process; [ "${pid:-0}" != 0 ] && proc "$pid"
 sec listener
@@ -76,6 +100,16 @@ sec health
 curl -sS -m 10 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health" 2>&1
 sec models
 curl -sS -m 10 -w '\n%{http_code}' "http://127.0.0.1:$port/v1/models" 2>&1
+sec metrics  # only the server's own cache config (vLLM v1/metrics/loggers.py), and the status
+curl -sS -m 10 -w '\n%{http_code}' "http://127.0.0.1:$port/metrics" 2>&1 \
+  | grep -E '^vllm:cache_config_info[{ ]|^[0-9]{3}$|^curl:'
+sec tt_smi  # the card as tt-smi sees it (parsed by vmtests.tt_smi_parse)
+if command -v tt-smi >/dev/null 2>&1; then
+  out=$(timeout 60 tt-smi -s --snapshot_no_tty 2>&1); rc=$?
+  printf '%s\n' "$out" | head -c 262144; printf '\n%s\n' "$rc"
+else
+  echo "tt-smi: not installed"
+fi
 sec meminfo; grep -i huge /proc/meminfo
 sec hugepage_pools
 for d in /sys/kernel/mm/hugepages/hugepages-*kB; do
@@ -172,6 +206,8 @@ def parse_snapshot(
             _environment_words(_b64(sections.get("unit_env", "")).strip())
         ),
     )
+    snapshot.unit.sources = _files(sections.get("unit_sources", ""))
+    snapshot.env_generators = sections.get("env_generators", "").split()
     snapshot.unit.properties["ExecStart"] = redact_text(snapshot.unit.prop("ExecStart"))
     snapshot.manager_environment = redact_environment(
         _assignments(sections.get("manager_env", "").splitlines())
@@ -184,6 +220,10 @@ def parse_snapshot(
     snapshot.models = _endpoint(
         f"http://127.0.0.1:{port}/v1/models", sections.get("models", ""), with_body=True
     )
+    snapshot.metrics = _endpoint(
+        f"http://127.0.0.1:{port}/metrics", sections.get("metrics", ""), with_body=True
+    )
+    snapshot.tt_smi = _endpoint("tt-smi -s", sections.get("tt_smi", ""), with_body=True)
     snapshot.hugepages = HugepageState(
         pools=_pools(sections.get("hugepage_pools", "")),
         meminfo=_meminfo(sections.get("meminfo", "")),

@@ -11,6 +11,7 @@ must produce no failure at all (no false alarms).
 from __future__ import annotations
 
 import re
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -34,10 +35,16 @@ from vmtests.scenario.reference_switch import (
 from vmtests.scenario.results import CheckResult
 from vmtests.scenario.scenario import evaluate_stage
 from vmtests.scenario.switching import wait_ready
+from vmtests.stub import knobs, release
 
 RUNTIME_DROP_IN_DIR = f"/run/systemd/system/{SERVING_UNIT}.d"
 DURABLE_DROP_IN_DIR = f"{UNIT_DIR}/{SERVING_UNIT}.d"
 HAND_PID_FILE = "/run/vmtests-hand-serving.pid"
+RUNTIME_CONFIG_DIR = "/run/tenstorrent-serving"
+RUN_ENV_FILE = f"{RUNTIME_CONFIG_DIR}/features.env"
+RUN_FLAGS_FILE = f"{RUNTIME_CONFIG_DIR}/flags.sh"
+WRAPPER = "/usr/local/bin/tenstorrent-serving-wrapper"
+UNRELATED_VARIABLE = "EDITOR"
 VENDOR_UNIT_DIR = "/usr/lib/systemd/system"
 SETTLE_TIMEOUT = 120.0
 
@@ -55,6 +62,9 @@ class Control:
     apply: Apply
     reboot: bool = False
     settle: bool = True  # wait for the unit and /health after applying (False: unit stopped)
+    # A false-alarm control: unrelated state that must raise no failure at all ("detected"
+    # then means "no alarm", as required).
+    false_alarm: bool = False
 
 
 @dataclass
@@ -93,6 +103,11 @@ def _feature_free(switch: ReferenceSwitch) -> ServingConfig:
 
 def _restart(machine: Machine) -> None:
     machine.succeed(f"systemctl daemon-reload && systemctl restart {SERVING_UNIT}", timeout=120)
+
+
+def _durable_drop_in(machine: Machine, name: str, settings: list[str]) -> None:
+    """Write a ``[Service]`` drop-in of the serving unit under /etc (durable)."""
+    machine.write_file(f"{DURABLE_DROP_IN_DIR}/{name}", "\n".join(["[Service]", *settings, ""]))
 
 
 def _exec_lines(config: ServingConfig) -> list[str]:
@@ -134,7 +149,73 @@ def lying_banner(machine: Machine, switch: ReferenceSwitch) -> None:
     """A durable drop-in prints the SDPA streaming banner; the environment lacks the switch."""
     install_units(machine, switch.target.without_env(env_name("sdpaStreaming")), wait=False)
     echo = f"ExecStartPre=/bin/echo {systemd_quote(banner_text('sdpaStreaming'))}"
-    machine.write_file(f"{DURABLE_DROP_IN_DIR}/50-banner.conf", f"[Service]\n{echo}\n")
+    _durable_drop_in(machine, "50-banner.conf", [echo])
+    _restart(machine)
+
+
+def engine_without_prefix_caching(machine: Machine, switch: ReferenceSwitch) -> None:
+    """argv and banners claim prefix caching; the engine runs without it.
+
+    The unit keeps ``--enable-prefix-caching`` and the module banner; a durable drop-in runs a
+    model build that does not declare ``supports_prefix_caching`` (so the TT plugin's
+    ``check_and_update_config`` switches prefix caching off, vllm_tt_plugin/platform.py) and
+    echoes the prefix-caching banners the profile looks for. Only the server's own cache
+    config (``vllm:cache_config_info``, the engine config line) tells the truth.
+    """
+    install_units(machine, switch.target, wait=False)
+    capabilities = f'{knobs.MODEL_CAPABILITIES}={{"supports_prefix_caching":false}}'
+    banners = [
+        release.prefix_caching_line(True),
+        banner_text("prefixCaching", mode="align"),
+    ]
+    lines = [
+        f"Environment={systemd_quote(capabilities)}",
+        *(f"ExecStartPre=/bin/echo {systemd_quote(text)}" for text in banners),
+    ]
+    _durable_drop_in(machine, "50-model-build.conf", lines)
+    _restart(machine)
+
+
+def environment_file_under_run(machine: Machine, switch: ReferenceSwitch) -> None:
+    """A durable drop-in reads the feature variables from an ``EnvironmentFile`` under /run."""
+    names = [env_name(feature) for feature in ENV_FEATURES]
+    install_units(machine, switch.target.without_env(*names), wait=False)
+    values = [f"{k}={v}" for k, v in switch.target.environment.items() if k in names]
+    machine.write_file(RUN_ENV_FILE, "\n".join([*values, ""]))
+    _durable_drop_in(machine, "50-environment-file.conf", [f"EnvironmentFile={RUN_ENV_FILE}"])
+    _restart(machine)
+
+
+def wrapper_sources_run(machine: Machine, switch: ReferenceSwitch) -> None:
+    """A durable ExecStart wrapper takes the validated flags from a file under /run."""
+    target = switch.target
+    install_units(machine, target, wait=False)
+    script = "\n".join(
+        [
+            "#!/bin/sh",
+            f". {RUN_FLAGS_FILE}",
+            "exec /usr/bin/python3 -m vmtests.stub.server $SERVING_FLAGS",
+            "",
+        ]
+    )
+    machine.write_file(WRAPPER, script)
+    machine.succeed(f"chmod 755 {WRAPPER}")
+    machine.write_file(RUN_FLAGS_FILE, f"SERVING_FLAGS={shlex.quote(' '.join(target.args))}\n")
+    _durable_drop_in(machine, "50-wrapper.conf", ["ExecStart=", f"ExecStart={WRAPPER}"])
+    _restart(machine)
+
+
+def unrelated_manager_variable(machine: Machine, switch: ReferenceSwitch) -> None:
+    """The correct configuration plus ``systemctl set-environment EDITOR=vi`` (unrelated)."""
+    install_units(machine, switch.target, wait=False)
+    machine.succeed(f"systemctl set-environment {UNRELATED_VARIABLE}=vi")
+    _restart(machine)
+
+
+def unrelated_runtime_drop_in(machine: Machine, switch: ReferenceSwitch) -> None:
+    """The correct configuration plus a /run drop-in that only sets CPUWeight= (unrelated)."""
+    install_units(machine, switch.target, wait=False)
+    machine.write_file(f"{RUNTIME_DROP_IN_DIR}/50-weight.conf", "[Service]\nCPUWeight=50\n")
     _restart(machine)
 
 
@@ -243,6 +324,44 @@ CONTROLS: tuple[Control, ...] = (
         lying_banner,
     ),
     Control(
+        "engine runs without prefix caching",
+        "argv, module banner and echoed banners claim prefix caching; a model build without "
+        "supports_prefix_caching makes the TT plugin switch it off in the engine",
+        "server.cache-config",
+        re.compile(r"own cache config says enable_prefix_caching=False .*the engine does not run"),
+        engine_without_prefix_caching,
+    ),
+    Control(
+        "EnvironmentFile under /run",
+        f"feature variables only in EnvironmentFile={RUN_ENV_FILE} (durable drop-in)",
+        "source.provenance",
+        re.compile(r"reaches the server from EnvironmentFile /run/.*gone after the next reboot"),
+        environment_file_under_run,
+    ),
+    Control(
+        "wrapper script sources /run",
+        f"durable ExecStart wrapper {WRAPPER} sources its flags from {RUN_FLAGS_FILE}",
+        "source.provenance",
+        re.compile(r"read by the wrapper script .*under /run .*gone after the next reboot"),
+        wrapper_sources_run,
+    ),
+    Control(
+        "unrelated manager variable (false alarm)",
+        f"correct configuration plus systemctl set-environment {UNRELATED_VARIABLE}=vi",
+        "",
+        re.compile(""),
+        unrelated_manager_variable,
+        false_alarm=True,
+    ),
+    Control(
+        "unrelated runtime drop-in (false alarm)",
+        f"correct configuration plus {RUNTIME_DROP_IN_DIR}/50-weight.conf with CPUWeight=50",
+        "",
+        re.compile(""),
+        unrelated_runtime_drop_in,
+        false_alarm=True,
+    ),
+    Control(
         "hugepages written at runtime",
         "no boot-time hugepage unit; nr_hugepages written by hand",
         "source.hugepages",
@@ -293,7 +412,8 @@ def reset_to_target(machine: Machine, switch: ReferenceSwitch) -> None:
         f"rm -f {HAND_PID_FILE}; fi; "
         f"rm -rf {RUNTIME_DROP_IN_DIR} {DURABLE_DROP_IN_DIR} /run/systemd/system/{SERVING_UNIT}; "
         f"systemctl unmask {HUGEPAGES_UNIT} 2>&1; rm -f {VENDOR_UNIT_DIR}/{HUGEPAGES_UNIT}; "
-        f"systemctl unset-environment {names}; "
+        f"systemctl unset-environment {names} {UNRELATED_VARIABLE}; "
+        f"rm -rf {RUNTIME_CONFIG_DIR} {WRAPPER}; "
         "systemctl daemon-reload; true",
         timeout=120,
     )
@@ -329,12 +449,16 @@ def run_control(machine: Machine, switch: ReferenceSwitch, control: Control) -> 
         matches = [
             f for f in failures if f.check == control.check and control.message.search(f.message)
         ]
+        detected, message = bool(matches), matches[0].message if matches else "NOT DETECTED"
+        if control.false_alarm:
+            detected = not failures
+            message = "no alarm, as required" if detected else f"FALSE ALARM: {failures[0]}"
         outcome = ControlOutcome(
             control.name,
             control.mechanism,
             control.check,
-            bool(matches),
-            matches[0].message if matches else "NOT DETECTED",
+            detected,
+            message,
             failures,
             time.monotonic() - start,
         )

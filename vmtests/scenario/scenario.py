@@ -23,6 +23,7 @@ from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
 from vmtests.profiles import Profile
+from vmtests.scenario.card import check_card
 from vmtests.scenario.checks import check_consistency, check_profile, check_service
 from vmtests.scenario.collect import take_snapshot
 from vmtests.scenario.compare import (
@@ -33,7 +34,9 @@ from vmtests.scenario.compare import (
     diff_snapshots,
 )
 from vmtests.scenario.metering import DriverMeter
+from vmtests.scenario.provenance import check_provenance
 from vmtests.scenario.results import CheckResult, as_informational, failed
+from vmtests.scenario.server_config import check_server_config
 from vmtests.scenario.snapshot import Snapshot
 from vmtests.scenario.sources import check_sources
 from vmtests.scenario.switching import Switcher, wait_ready
@@ -42,14 +45,18 @@ from vmtests.scenario.switching import Switcher, wait_ready
 def evaluate_stage(
     profile: Profile, snapshot: Snapshot, previous: Snapshot | None = None
 ) -> list[CheckResult]:
-    """Every single-snapshot check: service, profile, consistency, runtime-only sources."""
+    """Every single-snapshot check: service, profile, the server's own config, consistency,
+    runtime-only sources and the provenance of every serving-relevant live value."""
     size = profile.hugepages.size_kib if profile.hugepages else None
     relevant = [*profile.env_set, *profile.env_absent]
     return [
         *check_service(snapshot),
         *check_profile(profile, snapshot, previous),
+        *check_server_config(profile, snapshot),
         *check_consistency(snapshot),
         *check_sources(snapshot, size, relevant),
+        *check_provenance(snapshot, relevant),
+        *check_card(snapshot),
     ]
 
 

@@ -23,6 +23,9 @@ class UnitState:
     properties: dict[str, str] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
     environment: dict[str, str] = field(default_factory=dict)
+    # Other files the unit reads: EnvironmentFile=, Exec* scripts and the files they source,
+    # docker --env-file (path -> text).
+    sources: dict[str, str] = field(default_factory=dict)
 
     def prop(self, key: str) -> str:
         """One property, ``""`` when systemd did not report it."""
@@ -131,10 +134,15 @@ class Snapshot:
     listener: ProcessState | None = None
     container: dict[str, Any] | None = None
     manager_environment: dict[str, str] = field(default_factory=dict)
+    env_generators: list[str] = field(default_factory=list)  # system-environment-generators
     journal: list[JournalLine] = field(default_factory=list)
     earlier_journal: list[JournalLine] = field(default_factory=list)
     health: Endpoint = field(default_factory=lambda: Endpoint("/health"))
     models: Endpoint = field(default_factory=lambda: Endpoint("/v1/models"))
+    # The vllm:cache_config_info sample(s) of /metrics: the server's own cache config.
+    metrics: Endpoint = field(default_factory=lambda: Endpoint("/metrics"))
+    # ``tt-smi -s``: status is its exit status, body its output.
+    tt_smi: Endpoint = field(default_factory=lambda: Endpoint("tt-smi -s"))
     hugepages: HugepageState = field(default_factory=HugepageState)
     generations: dict[str, str] = field(default_factory=dict)
     port: int = SERVING_PORT
@@ -198,6 +206,8 @@ class Snapshot:
             earlier_journal=[JournalLine(**line) for line in data.get("earlier_journal", [])],
             health=Endpoint(**data["health"]),
             models=Endpoint(**data["models"]),
+            metrics=Endpoint(**data.get("metrics", {"url": "/metrics"})),
+            tt_smi=Endpoint(**data.get("tt_smi", {"url": "tt-smi -s"})),
             hugepages=HugepageState(**hugepages),
         )
         return cls(**fields)

@@ -20,12 +20,41 @@ from vmtests.scenario.snapshot import Snapshot, UnitState
 STANDARD_MANAGER_VARIABLES = frozenset({"PATH", "LANG", "LANGUAGE", "LOCALE_ARCHIVE", "TZDIR"})
 DURABLE_UNIT_FILE_STATES = frozenset({"enabled", "static", "generated", "alias", "indirect"})
 _GENERATOR_DIRS = ("/run/systemd/generator", "/run/systemd/generator.early")
+# Variables that configure the serving stack (vLLM, the TT stack, qwen36, Hugging Face, the
+# stub's device layer); the feature table and the profile name the rest.
+SERVING_PREFIXES = ("VLLM_", "QWEN36_", "TT_", "HF_", "VMTESTS_STUB_")
+# Unit settings that change what runs or with which environment/devices (systemd.exec(5),
+# systemd.service(5)); any other drop-in setting is unrelated to serving.
+SERVING_SETTINGS = frozenset(
+    {"Environment", "EnvironmentFile", "PassEnvironment", "UnsetEnvironment", "WorkingDirectory"}
+    | {"User", "Group", "DeviceAllow", "BindPaths", "BindReadOnlyPaths", "RootDirectory"}
+    | {"RootImage", "TimeoutStopSec", "KillSignal", "KillMode", "Type"}
+)
 _EXEC_ARGV = re.compile(r"argv\[\]=(?P<argv>.*?) ; ")
 
 
 def is_runtime_path(path: str) -> bool:
     """True for files under ``/run`` that vanish at reboot (generator output is re-made)."""
     return path.startswith("/run/") and not path.startswith(_GENERATOR_DIRS)
+
+
+def serving_relevant(name: str, extra: Iterable[str] = ()) -> bool:
+    """True for a variable that configures serving (feature table, profile, known prefixes)."""
+    names = {env_name(feature) for feature in ENV_FEATURES} | set(extra)
+    return name in names or name.startswith(SERVING_PREFIXES)
+
+
+def setting_key(line: str) -> str:
+    """The key of a unit-file line (``ExecStart=...`` -> ``ExecStart``); "" for others."""
+    text = line.strip()
+    if not text or text.startswith(("#", ";", "[")) or "=" not in text:
+        return ""
+    return text.split("=", 1)[0].strip()
+
+
+def is_serving_setting(key: str) -> bool:
+    """True for a unit setting that changes what runs or with which environment."""
+    return key.startswith("Exec") or key in SERVING_SETTINGS
 
 
 def origin_of(snapshot: Snapshot, subject: str) -> str:
@@ -64,7 +93,11 @@ def check_runtime_unit_files(snapshot: Snapshot) -> list[CheckResult]:
             )
         )
     for path in unit.drop_in_paths:
-        if is_runtime_path(path):
+        keys = [setting_key(line) for line in unit.files.get(path, "").splitlines()]
+        unrelated = bool([k for k in keys if k]) and not any(
+            is_serving_setting(k) for k in keys if k
+        )
+        if is_runtime_path(path) and not unrelated:  # unrelated ones: provenance.py informs
             settings = "; ".join(_settings(unit.files.get(path, ""))) or "(unreadable)"
             results.append(
                 failed(
@@ -88,14 +121,14 @@ def check_manager_environment(
 ) -> list[CheckResult]:
     """No serving variable may reach the service from ``systemctl set-environment``."""
     stage = snapshot.label
-    relevant = {env_name(feature) for feature in ENV_FEATURES} | set(relevant_names)
     live = snapshot.environment
+    # Unrelated variables are information only (provenance.unrelated_state reports them).
     suspicious = sorted(
         name
         for name in snapshot.manager_environment
         if name not in STANDARD_MANAGER_VARIABLES
         and not name.startswith("LC_")
-        and (name in relevant or (name in live and name not in snapshot.unit.environment))
+        and serving_relevant(name, relevant_names)
     )
     if not suspicious:
         return [passed(stage, "source.manager-environment", "manager", "no serving variable set")]
@@ -136,7 +169,9 @@ def check_restarted_after_change(snapshot: Snapshot) -> list[CheckResult]:
     if process is not None and process.origin == "main-pid":
         declared = exec_start_argv(unit)
         live = " ".join(process.argv)
-        if declared and declared != live and REDACTED not in live:
+        # A wrapper script (a file the unit reads) execs the server with other words.
+        wrapped = declared.split(" ", 1)[0] in unit.sources
+        if declared and declared != live and REDACTED not in live and not wrapped:
             results.append(
                 failed(
                     stage,

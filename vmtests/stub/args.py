@@ -1,8 +1,11 @@
-"""The vLLM command line the stub accepts, with vLLM's flag spellings (``engine/arg_utils.py``).
+"""The vLLM command line the stub accepts, with the spellings of vLLM 0.16 (``release.py``).
 
-Unknown or invalid arguments end the process the way vLLM's argparse does: usage and an
-``error:`` line on stderr, exit status 2. Only flags the serving module can plausibly pass are
-known; anything else is an error on purpose, so a misspelt flag fails in a VM as on hardware.
+Flags follow vLLM ``engine/arg_utils.py`` and ``entrypoints/openai/cli_args.py``. Unknown or
+invalid arguments end the process the way vLLM's argparse does: usage and an ``error:`` line on
+stderr, exit status 2. Only flags the serving module can plausibly pass are known; anything else
+is an error on purpose, so a misspelt flag fails in a VM as on hardware. ``--tool-call-parser``
+is a free string, as in vLLM: an unregistered name fails later, at server setup
+(``server.py``), with vLLM's own error.
 """
 
 from __future__ import annotations
@@ -12,20 +15,10 @@ import json
 from dataclasses import dataclass, fields
 from typing import Any
 
-VLLM_VERSION = "0.11.0+vmtests.stub"
+from vmtests.stub.release import REASONING_PARSERS
+
 DEFAULT_MODEL = "Qwen/Qwen3.6-35B-A3B"
-MAMBA_CACHE_MODES = ("all", "align", "none")
-# Tool and reasoning parsers registered in the vLLM version we imitate (a subset is enough).
-TOOL_CALL_PARSERS = (
-    "deepseek_v3",
-    "hermes",
-    "llama3_json",
-    "mistral",
-    "pythonic",
-    "qwen3_coder",
-    "qwen3_xml",
-)
-REASONING_PARSERS = ("deepseek_r1", "qwen3")
+MAMBA_CACHE_MODES = ("all", "align", "none")  # vLLM config/cache.py MambaCacheMode
 
 
 def _max_model_len(text: str) -> int:
@@ -77,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mamba-cache-mode", choices=MAMBA_CACHE_MODES, default="none")
     parser.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--enable-auto-tool-choice", action="store_true", default=False)
-    parser.add_argument("--tool-call-parser", choices=TOOL_CALL_PARSERS, default=None)
+    parser.add_argument("--tool-call-parser", default=None)
     parser.add_argument("--reasoning-parser", choices=REASONING_PARSERS, default=None)
     parser.add_argument("--additional-config", type=loads, default=None)
     parser.add_argument("--tensor-parallel-size", "-tp", type=_positive_int, default=1)
@@ -154,10 +147,12 @@ class ServeArgs:
 
 
 def parse_args(argv: list[str]) -> tuple[ServeArgs, argparse.ArgumentParser]:
-    """Parse ``argv``; exit 2 with an argparse error on unknown or invalid arguments."""
+    """Parse ``argv``; exit 2 with an argparse error on unknown or invalid arguments.
+
+    Combinations vLLM rejects after parsing (``--enable-auto-tool-choice`` without a parser)
+    are ``server.py``'s job, as in vLLM.
+    """
     parser = build_parser()
     namespace = parser.parse_args(argv)
-    if namespace.enable_auto_tool_choice and not namespace.tool_call_parser:
-        parser.error("--enable-auto-tool-choice requires --tool-call-parser to be set")
     args = ServeArgs(**vars(namespace))
     return args, parser

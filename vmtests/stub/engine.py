@@ -58,6 +58,7 @@ class Engine:
         latency: LatencyModel,
         faults: Faults,
         prefix_cache: PrefixCache | None,
+        cache_config: dict[str, str] | None = None,
     ) -> None:
         self.model_name = model_name
         self.max_num_seqs = max_num_seqs
@@ -65,7 +66,7 @@ class Engine:
         self.latency = latency
         self.faults = faults
         self.prefix_cache = prefix_cache
-        self.metrics = Metrics(model_name)
+        self.metrics = Metrics(model_name, cache_config=cache_config)
         self._slots = threading.BoundedSemaphore(max_num_seqs)
         self._state = threading.Condition()
         self._waiting = 0

@@ -14,9 +14,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from vmtests.stub import openai_api
-from vmtests.stub.args import VLLM_VERSION, ServeArgs
+from vmtests.stub.args import ServeArgs
 from vmtests.stub.engine import Engine, EngineRequest, RequestError, RequestStats
 from vmtests.stub.features import ActiveFeatures
+from vmtests.stub.release import VLLM_VERSION
 from vmtests.stub.vllm_log import VllmLog
 
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -194,7 +195,7 @@ class ServingHandler(BaseHTTPRequestHandler):
                 piece = following
         except RequestError as error:
             # Headers are out: like vLLM, report the failure as an SSE error event.
-            self._event({"error": openai_api.error_body(error)})
+            self._event(openai_api.error_body(error))
         if prepared.include_usage:
             self._event(openai_api.usage_chunk(prepared, model, count))
         self._write_chunk(b"data: [DONE]\n\n")

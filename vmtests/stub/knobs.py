@@ -20,6 +20,14 @@ Timing (see ``latency.py`` for the table)
                                 ``{"deviceResident": 0.9}`` to make an A/B gate see a difference.
   ``VMTESTS_STUB_DRAIN_TIMEOUT`` seconds SIGTERM waits for in-flight requests (default 30).
 
+Model build
+  ``VMTESTS_STUB_MODEL_CAPABILITIES`` JSON object overriding qwen36's ``model_capabilities``
+                                (``supports_prefix_caching``, default true;
+                                ``supports_async_decode``, default: resident decode is on),
+                                e.g. ``{"supports_prefix_caching": false}`` for a build whose
+                                model does not declare prefix caching: the TT plugin then
+                                switches it off although the flag was given.
+
 Faults (see ``faults.py``)
   ``VMTESTS_STUB_FAIL_RATE``    probability in [0, 1] that a request fails with HTTP 500.
   ``VMTESTS_STUB_FAULT_SEED``   seed of the failure draw (default: random per process).
@@ -49,6 +57,8 @@ OUTPUT_SALT = "VMTESTS_STUB_OUTPUT_SALT"
 CRASH_AT_START = "VMTESTS_STUB_CRASH_AT_START"
 START_DELAY = "VMTESTS_STUB_START_DELAY"
 HANG = "VMTESTS_STUB_HANG"
+MODEL_CAPABILITIES = "VMTESTS_STUB_MODEL_CAPABILITIES"
+CAPABILITY_NAMES = ("supports_prefix_caching", "supports_async_decode")
 
 DEFAULT_DEVICES = "/dev/tenstorrent/0"
 DEFAULT_DRIVER_FILE = "/run/tenstorrent-stub/driver-version"
@@ -92,20 +102,34 @@ def env_flag(env: Environ, name: str) -> bool:
     return env.get(name, "").strip().lower() in {"1", "true", "yes"}
 
 
-def env_step_factors(env: Environ) -> dict[str, float]:
-    """The ``VMTESTS_STUB_STEP_FACTORS`` overrides as a feature -> factor mapping."""
-    raw = env.get(STEP_FACTORS, "").strip()
+def _json_object(env: Environ, name: str) -> dict[str, object]:
+    """A knob holding a JSON object ({} when unset); ``KnobError`` when it is not one."""
+    raw = env.get(name, "").strip()
     if not raw:
         return {}
     try:
         parsed = json.loads(raw)
     except json.JSONDecodeError as error:
-        raise KnobError(f"{STEP_FACTORS} is not JSON: {error}") from error
-    if not isinstance(parsed, dict) or not all(
-        isinstance(value, int | float) and value > 0 for value in parsed.values()
-    ):
+        raise KnobError(f"{name} is not JSON: {error}") from error
+    if not isinstance(parsed, dict):
+        raise KnobError(f"{name} must be a JSON object")
+    return {str(key): value for key, value in parsed.items()}
+
+
+def env_step_factors(env: Environ) -> dict[str, float]:
+    """The ``VMTESTS_STUB_STEP_FACTORS`` overrides as a feature -> factor mapping."""
+    parsed = _json_object(env, STEP_FACTORS)
+    if not all(isinstance(value, int | float) and value > 0 for value in parsed.values()):
         raise KnobError(f"{STEP_FACTORS} must map feature names to positive numbers")
-    return {str(key): float(value) for key, value in parsed.items()}
+    return {key: float(value) for key, value in parsed.items()}  # type: ignore[arg-type]
+
+
+def model_capabilities(env: Environ) -> dict[str, bool]:
+    """The ``VMTESTS_STUB_MODEL_CAPABILITIES`` overrides (capability name -> bool)."""
+    parsed = _json_object(env, MODEL_CAPABILITIES)
+    if not all(key in CAPABILITY_NAMES and isinstance(v, bool) for key, v in parsed.items()):
+        raise KnobError(f"{MODEL_CAPABILITIES} must map {CAPABILITY_NAMES} to true/false")
+    return {key: bool(value) for key, value in parsed.items()}
 
 
 def current_environment() -> dict[str, str]:

@@ -1,15 +1,25 @@
 """vLLM's Prometheus metrics, kept by the stub engine and rendered as Prometheus text.
 
-Names, types and labels follow vLLM (``vllm/v1/metrics/loggers.py``): every sample carries
-``model_name`` and ``engine``; counters are exposed with ``_total`` as prometheus_client does;
-histogram buckets are vLLM's.
+Names, types, help texts, labels and buckets follow vLLM ``v1/metrics/loggers.py``
+(``PrometheusStatLogger``): labels are ``labelnames = ["model_name", "engine"]`` (plus
+``finished_reason`` for ``vllm:request_success``), one ``request_success`` series per finish
+reason of ``v1/engine/__init__.py``, and ``vllm:cache_config_info`` (an info gauge whose labels
+are the cache config, then ``engine``). The text is what prometheus_client's
+``exposition.generate_latest`` writes for a single API server (default registry): every label
+set sorted by label name (``sample_line`` sorts, so ``le`` sits between ``engine`` and
+``model_name``), counters as ``_total``, a ``_created`` gauge family after every counter and
+histogram, values formatted by ``utils.floatToGoString``.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 import threading
+import time
 from dataclasses import dataclass, field
+
+from vmtests.stub.release import FINISH_REASONS
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
                 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
@@ -38,7 +48,8 @@ HISTOGRAMS = {
     "vllm:e2e_request_latency_seconds": ("Histogram of e2e request latency in seconds.",
                                          E2E_BUCKETS),
 }  # fmt: skip
-FINISHED_REASONS = ("stop", "length", "abort")
+CACHE_CONFIG_INFO = "vllm:cache_config_info"
+CACHE_CONFIG_HELP = "Information of the LLMEngine CacheConfig"
 
 
 @dataclass
@@ -61,17 +72,34 @@ class _Histogram:
 
 
 def _number(value: float) -> str:
-    return repr(float(value))
+    """prometheus_client ``utils.floatToGoString``: Go's float format (``1.7e+09``)."""
+    number = float(value)
+    if number in {float("inf"), float("-inf")}:
+        return "+Inf" if number > 0 else "-Inf"
+    if math.isnan(number):
+        return "NaN"
+    text = repr(number)
+    dot = text.find(".")
+    if number > 0 and dot > 6:
+        mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1 :]}".rstrip("0.")
+        return f"{mantissa}e+0{dot - 1}"
+    return text
 
 
 class Metrics:
     """The engine's metrics; every method is thread-safe."""
 
-    def __init__(self, model_name: str, engine: str = "0") -> None:
-        self.labels = f'engine="{engine}",model_name="{_escape(model_name)}"'
+    def __init__(
+        self, model_name: str, engine: str = "0", cache_config: dict[str, str] | None = None
+    ) -> None:
+        self.engine = engine
+        self.model_name = model_name
+        self.labels = _labels(model_name=model_name, engine=engine)
+        self.cache_config = dict(cache_config or {})
+        self._created = time.time()
         self._lock = threading.Lock()
         self._counters = dict.fromkeys(COUNTERS, 0.0)
-        self._success = dict.fromkeys(FINISHED_REASONS, 0.0)
+        self._success = dict.fromkeys(FINISH_REASONS, 0.0)
         self._gauges = dict.fromkeys(GAUGES, 0.0)
         self._histograms = {name: _Histogram(spec[1]) for name, spec in HISTOGRAMS.items()}
 
@@ -103,36 +131,60 @@ class Metrics:
     def render(self) -> str:
         """The metrics in the Prometheus text exposition format (version 0.0.4)."""
         out: list[str] = []
+        created = _number(self._created)
         with self._lock:
+            if self.cache_config:
+                self._header(out, CACHE_CONFIG_INFO, CACHE_CONFIG_HELP, "gauge")
+                labels = _labels(**self.cache_config, engine=self.engine)
+                out.append(f"{CACHE_CONFIG_INFO}{{{labels}}} 1.0")
             for name, text in COUNTERS.items():
                 self._header(out, f"{name}_total", text, "counter")
                 out.append(f"{name}_total{{{self.labels}}} {_number(self._counters[name])}")
-            self._header(out, f"{SUCCESS}_total", "Count of successfully processed requests.",
-                         "counter")  # fmt: skip
+                self._header(out, f"{name}_created", text, "gauge")
+                out.append(f"{name}_created{{{self.labels}}} {created}")
+            success_help = "Count of successfully processed requests."
+            self._header(out, f"{SUCCESS}_total", success_help, "counter")
             for reason, count in self._success.items():
-                labels = f'{self.labels},finished_reason="{reason}"'
+                labels = self._with(finished_reason=reason)
                 out.append(f"{SUCCESS}_total{{{labels}}} {_number(count)}")
+            self._header(out, f"{SUCCESS}_created", success_help, "gauge")
+            for reason in self._success:
+                labels = self._with(finished_reason=reason)
+                out.append(f"{SUCCESS}_created{{{labels}}} {created}")
             for name, text in GAUGES.items():
                 self._header(out, name, text, "gauge")
                 out.append(f"{name}{{{self.labels}}} {_number(self._gauges[name])}")
             for name, (text, _) in HISTOGRAMS.items():
                 self._header(out, name, text, "histogram")
                 self._render_histogram(out, name, self._histograms[name])
+                self._header(out, f"{name}_created", text, "gauge")
+                out.append(f"{name}_created{{{self.labels}}} {created}")
         return "\n".join(out) + "\n"
 
     def _render_histogram(self, out: list[str], name: str, histogram: _Histogram) -> None:
         cumulative = 0
         for bound, count in zip(histogram.buckets, histogram.counts, strict=True):
             cumulative += count
-            out.append(f'{name}_bucket{{{self.labels},le="{bound}"}} {_number(cumulative)}')
-        out.append(f'{name}_bucket{{{self.labels},le="+Inf"}} {_number(histogram.count)}')
+            labels = self._with(le=_number(bound))
+            out.append(f"{name}_bucket{{{labels}}} {_number(cumulative)}")
+        labels = self._with(le="+Inf")
+        out.append(f"{name}_bucket{{{labels}}} {_number(histogram.count)}")
         out.append(f"{name}_count{{{self.labels}}} {_number(histogram.count)}")
         out.append(f"{name}_sum{{{self.labels}}} {_number(histogram.total)}")
+
+    def _with(self, **extra: str) -> str:
+        """This engine's labels plus ``extra``, in prometheus_client's order."""
+        return _labels(model_name=self.model_name, engine=self.engine, **extra)
 
     @staticmethod
     def _header(out: list[str], name: str, text: str, kind: str) -> None:
         out.append(f"# HELP {name} {text}")
         out.append(f"# TYPE {name} {kind}")
+
+
+def _labels(**values: str) -> str:
+    """A label set as prometheus_client writes it: sorted by name, values escaped."""
+    return ",".join(f'{key}="{_escape(value)}"' for key, value in sorted(values.items()))
 
 
 def _escape(value: str) -> str:

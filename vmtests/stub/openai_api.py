@@ -1,7 +1,11 @@
 """The OpenAI-compatible request and response bodies of vLLM's completions endpoints.
 
 Pure functions: ``prepare`` turns a JSON body into a ``Prepared`` request (prompt, tokens to
-emit, tool call), and the ``*_response`` / ``*_chunk`` helpers build vLLM-shaped bodies.
+emit, tool call), and the ``*_response`` / ``*_chunk`` helpers build vLLM-shaped bodies. Shapes
+follow vLLM 0.16 ``entrypoints/openai/protocol.py``: ``ErrorResponse`` is ``{"error":
+{message, type, param, code}}``; ``ModelCard`` carries a ``permission`` list of
+``ModelPermission``; ``finish_reason`` is ``stop`` (a ``stop`` string or EOS, with
+``stop_reason`` naming the string), ``length`` or ``tool_calls``.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ class Prepared:
     max_tokens: int
     pieces: list[str]
     tool_call: dict[str, Any] | None = None
+    stop_reason: str | None = None
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -114,7 +119,30 @@ def prepare(
     )
     if tools:
         _attach_tool_call(prepared, tools, body.get("tool_choice", "auto"), tool_calling, faults)
+    if prepared.tool_call is None:
+        _apply_stop(prepared, body.get("stop"))
     return prepared
+
+
+def _apply_stop(prepared: Prepared, stop: Any) -> None:
+    """Cut the output before the first ``stop`` string, as vLLM's detokenizer does."""
+    if stop is None:
+        return
+    stops = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, list) or not all(isinstance(item, str) for item in stops):
+        raise _bad_request("stop: Input should be a valid string or list of strings")
+    text = ""
+    for index, piece in enumerate(prepared.pieces):
+        text += piece
+        hits = [(text.find(item), item) for item in stops if item and item in text]
+        if hits:
+            position, item = min(hits)
+            kept = text[:position]
+            previous = "".join(prepared.pieces[:index])
+            prepared.pieces = [*prepared.pieces[:index], kept[len(previous) :]]
+            prepared.pieces = [p for p in prepared.pieces if p] or [""]
+            prepared.stop_reason = item
+            return
 
 
 def _attach_tool_call(
@@ -134,13 +162,15 @@ def _attach_tool_call(
 
 
 def finish_reason(prepared: Prepared) -> str:
-    """Why generation stopped, as the API reports it: a tool call, or the token budget."""
-    return "tool_calls" if prepared.tool_call is not None else "length"
+    """Why generation stopped, as the API reports it: a tool call, a stop string, the budget."""
+    if prepared.tool_call is not None:
+        return "tool_calls"
+    return "stop" if prepared.stop_reason is not None else "length"
 
 
 def engine_finish_reason(prepared: Prepared) -> str:
     """Why generation stopped, as the engine counts it (a finished tool call is a ``stop``)."""
-    return "stop" if prepared.tool_call is not None else "length"
+    return "length" if finish_reason(prepared) == "length" else "stop"
 
 
 def usage(prepared: Prepared, completion_tokens: int) -> dict[str, Any]:
@@ -181,7 +211,7 @@ def full_response(prepared: Prepared, model: str, text: str, tokens: int) -> dic
         choice: dict[str, Any] = {"index": 0, "message": message, "logprobs": None}
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "prompt_logprobs": None}
-    choice.update(finish_reason=reason, stop_reason=None)
+    choice.update(finish_reason=reason, stop_reason=prepared.stop_reason)
     body["choices"] = [choice]
     body["usage"] = usage(prepared, tokens)
     return body
@@ -195,7 +225,7 @@ def chunk(prepared: Prepared, model: str, delta: Any, finished: bool) -> dict[st
         choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None}
     else:
         choice = {"index": 0, "text": delta, "logprobs": None}
-    choice.update(finish_reason=reason, stop_reason=None)
+    choice.update(finish_reason=reason, stop_reason=prepared.stop_reason if finished else None)
     body["choices"] = [choice]
     return body
 
@@ -225,30 +255,50 @@ def usage_chunk(prepared: Prepared, model: str, tokens: int) -> dict[str, Any]:
 
 
 def error_body(error: RequestError) -> dict[str, Any]:
-    """vLLM's error response object."""
+    """vLLM 0.16's ``ErrorResponse``: the OpenAI shape, one ``error`` object."""
     return {
-        "object": "error",
-        "message": error.message,
-        "type": error.kind,
-        "param": None,
-        "code": error.status,
+        "error": {
+            "message": error.message,
+            "type": error.kind,
+            "param": None,
+            "code": error.status,
+        }
+    }
+
+
+def _permission(created: int) -> dict[str, Any]:
+    """``ModelPermission`` with vLLM's defaults."""
+    return {
+        "id": f"modelperm-{uuid.uuid4().hex}",
+        "object": "model_permission",
+        "created": created,
+        "allow_create_engine": False,
+        "allow_sampling": True,
+        "allow_logprobs": True,
+        "allow_search_indices": False,
+        "allow_view": True,
+        "allow_fine_tuning": False,
+        "organization": "*",
+        "group": None,
+        "is_blocking": False,
     }
 
 
 def models_body(model_name: str, model_path: str, max_model_len: int) -> dict[str, Any]:
     """The ``/v1/models`` body."""
+    created = int(time.time())
     return {
         "object": "list",
         "data": [
             {
                 "id": model_name,
                 "object": "model",
-                "created": int(time.time()),
+                "created": created,
                 "owned_by": "vllm",
                 "root": model_path,
                 "parent": None,
                 "max_model_len": max_model_len,
-                "permission": [],
+                "permission": [_permission(created)],
             }
         ],
     }

@@ -1,7 +1,8 @@
 """``python3 -m vmtests.stub.server <vLLM args>``: the stub vLLM OpenAI-compatible server.
 
-It prints the startup lines of the real stack (vLLM's log prefix, one banner per qwen36
-feature), refuses to start where the real stack refuses (``startup.py``), then serves the
+It prints the startup lines of the real stack (vLLM 0.16's log prefix and lines, see
+``release.py``; one banner per qwen36 feature), refuses to start where the real stack refuses
+(``startup.py``, and the tool-parser checks below), then serves the
 OpenAI endpoints on ``--host``/``--port`` until SIGTERM or SIGINT, when it drains the requests in
 flight (at most ``VMTESTS_STUB_DRAIN_TIMEOUT`` s), logs the shutdown lines and exits 0.
 
@@ -17,9 +18,10 @@ import threading
 import time
 from types import FrameType
 
-from vmtests.stub import faults, knobs, latency, startup
-from vmtests.stub.args import VLLM_VERSION, ServeArgs, parse_args
+from vmtests.stub import faults, knobs, latency, release, startup
+from vmtests.stub.args import ServeArgs, parse_args
 from vmtests.stub.engine import Engine
+from vmtests.stub.engine_config import cache_config, engine_config_line
 from vmtests.stub.http_handler import GET_ROUTES, ServingApp, StubHTTPServer
 from vmtests.stub.prefix_cache import PrefixCache
 from vmtests.stub.vllm_log import ENGINE_CORE, VllmLog
@@ -28,9 +30,6 @@ ENGINE_INIT_FAILURE = (
     "Engine core initialization failed. See root cause above. "
     "Failed core proc(s): {'EngineCore_DP0': 1}"
 )
-# vLLM spelling (``vllm/entrypoints/openai/api_server.py``). Some vLLM versions continue the
-# sentence ("... enabled please note that ..."); profiles should match the common prefix.
-TOOL_CHOICE_LINE = '"auto" tool choice has been enabled.'
 POST_ROUTES = ("/v1/completions", "/v1/chat/completions")
 
 
@@ -45,6 +44,7 @@ def _build_engine(
         latency=latency.build(plan.active, plan.async_scheduling, env),
         faults=fault_knobs,
         prefix_cache=cache,
+        cache_config=cache_config(args, plan),
     )
 
 
@@ -54,11 +54,7 @@ def _load(
     """Everything between the argument dump and the HTTP bind; raises ``StartupRefused``."""
     plan = startup.decide(args, env, printer)
     engine = _build_engine(args, plan, env, fault_knobs)
-    printer.info(
-        "engine",
-        f"Initializing a V1 LLM engine with config: model={args.model_path!r}",
-        role=ENGINE_CORE,
-    )
+    printer.info("engine", engine_config_line(args, plan), role=ENGINE_CORE)
     if fault_knobs.active():
         printer.warning(
             "engine", f"vmtests stub fault knobs: {fault_knobs.active()}", role=ENGINE_CORE
@@ -80,7 +76,7 @@ def _load(
         role=ENGINE_CORE,
     )
     if plan.active.tool_calling:
-        printer.info("tool", TOOL_CHOICE_LINE)
+        printer.info("tool", release.TOOL_CHOICE_LINE)
     return engine, plan
 
 
@@ -123,21 +119,48 @@ def _serve(server: StubHTTPServer, app: ServingApp, drain_timeout: float) -> Non
     printer.uvicorn(f"Finished server process [{printer.pid}]")
 
 
+def _traceback(kind: str, message: str) -> int:
+    """An uncaught exception of ``vllm serve`` before the engine starts: traceback, exit 1."""
+    print("Traceback (most recent call last):", file=sys.stderr)
+    print('  File "/usr/local/bin/vllm", line 10, in <module>', file=sys.stderr)
+    print(f"{kind}: {message}", file=sys.stderr, flush=True)
+    return 1
+
+
+def _log_version(args: ServeArgs, env: knobs.Environ, printer: VllmLog) -> None:
+    """``log_version_and_model``: the logo, or the plain line without vLLM's own formatter."""
+    if env.get(release.LOGO_DISABLE_VARIABLE, "").strip() not in {"", "0"}:
+        printer.info("version", release.version_line(release.VLLM_VERSION, args.model_path))
+        return
+    lines = release.logo_lines(release.VLLM_VERSION, args.model_path)
+    printer.info("version", "\n".join(lines))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the stub server; returns the process exit status."""
     args, parser = parse_args(sys.argv[1:] if argv is None else argv)
     env = knobs.current_environment()
     printer = VllmLog()
+    if args.model is not None:
+        printer.warning("model_option", release.MODEL_OPTION_WARNING, role=None)
+    if args.enable_auto_tool_choice and not args.tool_call_parser:
+        # entrypoints/openai/cli_args.py validate_parsed_serve_args, before any server log.
+        return _traceback("TypeError", release.AUTO_TOOL_WITHOUT_PARSER)
     try:
         fault_knobs = faults.from_environment(env)
         drain_timeout = knobs.env_float(env, knobs.DRAIN_TIMEOUT, knobs.DEFAULT_DRAIN_TIMEOUT)
         knobs.env_float(env, knobs.TIME_SCALE, knobs.DEFAULT_TIME_SCALE)
         knobs.env_step_factors(env)
+        knobs.model_capabilities(env)
     except knobs.KnobError as error:
         print(f"vmtests.stub.server: error: {error}", file=sys.stderr, flush=True)
         return 2
-    printer.info("version", f"vLLM API server version {VLLM_VERSION}")
+    _log_version(args, env, printer)
     printer.info("args", f"non-default args: {args.non_default(parser)}")
+    parser_name = args.tool_call_parser
+    if args.enable_auto_tool_choice and parser_name not in release.TOOL_CALL_PARSERS:
+        # entrypoints/openai/api_server.py validate_api_server_args raises KeyError.
+        return _traceback("KeyError", repr(release.unknown_tool_parser(str(parser_name))))
     try:
         engine, plan = _load(args, env, printer, fault_knobs)
     except startup.StartupRefused as refusal:

@@ -5,6 +5,9 @@ source location: ``(APIServer pid=7) INFO 09-24 14:55:08 [api_server.py:1880] ..
 lines (the TT platform plugin, the qwen36 model code) come from the engine core process in the
 real stack, so they carry ``(EngineCore_DP0 pid=N)``. The stub runs both roles in one process,
 so both prefixes show the same pid. uvicorn's own lines use ``INFO:     text`` after the prefix.
+Lines logged while the command line is parsed, before vLLM names the process, carry no role
+(``WARNING 05-01 18:48:42 [argparse_utils.py:260] ...``). The source locations are in
+``release.py``.
 """
 
 from __future__ import annotations
@@ -15,25 +18,10 @@ import threading
 import time
 from typing import TextIO
 
+from vmtests.stub.release import SOURCES
+
 API_SERVER = "APIServer"
 ENGINE_CORE = "EngineCore_DP0"
-
-# Source locations printed in the prefix, named after the real files that log these lines.
-SOURCES = {
-    "version": "api_server.py:1839",
-    "args": "utils.py:233",
-    "async": "scheduler.py:220",
-    "tt_async": "platform.py:118",
-    "prefix": "platform.py:142",
-    "banner": "qwen36_vllm.py:231",
-    "refusal": "qwen36_vllm.py:242",
-    "device": "device.py:57",
-    "engine": "core.py:708",
-    "tool": "serving_chat.py:142",
-    "start": "api_server.py:1913",
-    "routes": "launcher.py:44",
-    "shutdown": "launcher.py:103",
-}
 
 
 class VllmLog:
@@ -50,16 +38,22 @@ class VllmLog:
             stream.write(line + "\n")
             stream.flush()
 
-    def line(self, level: str, source: str, message: str, role: str = API_SERVER) -> None:
-        """Write ``message`` with the full vLLM prefix; ``source`` is a ``SOURCES`` key."""
+    def line(self, level: str, source: str, message: str, role: str | None = API_SERVER) -> None:
+        """Write ``message`` with the full vLLM prefix; ``source`` is a ``SOURCES`` key.
+
+        A multi-line message gets the prefix on every line, as vLLM's ``NewLineFormatter``
+        does; ``role=None`` leaves out the ``(Role pid=N)`` part.
+        """
         stamp = time.strftime("%m-%d %H:%M:%S")
-        self._emit(f"({role} pid={self.pid}) {level} {stamp} [{SOURCES[source]}] {message}")
+        head = f"({role} pid={self.pid}) " if role else ""
+        for text in message.split("\n"):
+            self._emit(f"{head}{level} {stamp} [{SOURCES[source]}] {text}".rstrip(" "))
 
     def info(self, source: str, message: str, role: str = API_SERVER) -> None:
         """An INFO line."""
         self.line("INFO", source, message, role)
 
-    def warning(self, source: str, message: str, role: str = API_SERVER) -> None:
+    def warning(self, source: str, message: str, role: str | None = API_SERVER) -> None:
         """A WARNING line."""
         self.line("WARNING", source, message, role)
 

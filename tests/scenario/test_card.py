@@ -1,0 +1,65 @@
+"""The card check reads tt-smi -s through vmtests.tt_smi_parse."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from scenario_support import failures, good_snapshot
+
+from vmtests.scenario.card import check_card
+from vmtests.scenario.collect import parse_snapshot
+from vmtests.scenario.snapshot import Endpoint
+
+SAMPLE = Path(__file__).parents[1] / "stub" / "data" / "tt-smi-6.2.1-snapshot.json"
+
+
+def test_the_real_sample_passes_with_board_and_holder() -> None:
+    snapshot = good_snapshot()
+    snapshot.tt_smi = Endpoint("tt-smi -s", 0, SAMPLE.read_text())
+    results = check_card(snapshot)
+    assert failures(results) == []
+    assert [r.message for r in results] == [
+        "p150b 000004110233c21a at 0000:c1:00.0 (TT-KMD 2.10.0)",
+        "pid 48213 on device 0",
+    ]
+
+
+def test_no_driver_fails_with_tt_smis_own_line() -> None:
+    snapshot = good_snapshot()
+    body = "\x1b[31m No Tenstorrent driver detected! Please install driver using tt-kmd \x1b[0m"
+    snapshot.tt_smi = Endpoint("tt-smi -s", 1, body)
+    (bad,) = failures(check_card(snapshot))
+    assert "tt-smi -s exited 1: \x1b[31m No Tenstorrent driver detected!" in bad.message
+
+
+def test_a_board_that_is_not_a_p150_fails() -> None:
+    data = json.loads(SAMPLE.read_text())
+    data["device_info"][0]["board_info"].update(board_type="n300", board_id="0000014000000000")
+    snapshot = good_snapshot()
+    snapshot.tt_smi = Endpoint("tt-smi -s", 0, json.dumps(data))
+    (bad,) = failures(check_card(snapshot))
+    assert "tt-smi lists no P150 board: n300 (0000014000000000)" in bad.message
+
+
+def test_an_active_service_with_nobody_holding_the_card_fails() -> None:
+    data = json.loads(SAMPLE.read_text())
+    data["processes"] = []
+    snapshot = good_snapshot()
+    snapshot.tt_smi = Endpoint("tt-smi -s", 0, json.dumps(data, indent=4))
+    (bad,) = failures(check_card(snapshot))
+    assert "is active but tt-smi shows no process holding the card" in bad.message
+
+
+def test_without_tt_smi_the_card_is_information_only() -> None:
+    snapshot = parse_snapshot("@@vmtests-section tt_smi\ntt-smi: not installed\n", "S1")
+    (note,) = check_card(snapshot)
+    assert note.informational
+    assert note.message == "card not inspected: tt-smi: not installed"
+
+
+def test_the_snapshot_script_output_carries_tt_smi() -> None:
+    output = "@@vmtests-section tt_smi\n" + SAMPLE.read_text() + "\n0\n@@vmtests-section end\n"
+    snapshot = parse_snapshot(output, "S1")
+    assert snapshot.tt_smi.status == 0
+    assert check_card(snapshot)[0].ok

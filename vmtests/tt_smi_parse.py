@@ -1,0 +1,185 @@
+"""The one reader of tt-smi output, for the scenario's snapshot and the certification preflight.
+
+It reads what tenstorrent/tt-smi 6.x prints (``tt_smi/log.py`` ``TTSMILog`` for ``-s``;
+``tt_smi/backend.py`` ``print_all_available_devices_umd``/``_luwen`` for ``-ls``), whether the
+real tool or the stub (``vmtests/stub/tt_smi.py``) printed it. It is neutral: standard library
+only, so every layer that needs it (``scenario``, ``certify``) can import it.
+
+- ``parse_snapshot``: the JSON of ``tt-smi -s`` (indented or not; leading log lines are
+  skipped) into boards and processes; a board's type is decoded from its ``board_id`` as
+  ``tt_smi/utils.py`` ``get_board_type`` does (UPI = ``(board_id >> 36) & 0xFFFFF``).
+- ``parse_list``: the rich tables of ``tt-smi -ls`` into one row mapping per board and table.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+# tt_smi/utils.py get_board_type: Unique Part Identifier -> board type.
+BOARD_TYPES = {
+    0x3: "e150", 0xA: "e300", 0x7: "e75",
+    0x8: "nb_cb", 0xB: "wh_4u", 0x14: "n300", 0x18: "n150", 0x35: "tt-galaxy-wh",
+    0x36: "bh-scrappy", 0x43: "p100a", 0x40: "p150a", 0x41: "p150b", 0x42: "p150c",
+    0x44: "p300b", 0x45: "p300a", 0x46: "p300c", 0x47: "tt-galaxy-bh",
+}  # fmt: skip
+P150_TYPES = frozenset({"p150a", "p150b", "p150c"})
+SNAPSHOT_KEYS = ("time", "host_info", "host_sw_vers", "device_info", "processes")
+
+
+class TtSmiError(ValueError):
+    """tt-smi output that cannot be read; the message quotes what was seen."""
+
+
+def board_type_of(board_id: str) -> str:
+    """``get_board_type``: the board type a 16-hex-digit ``board_id`` encodes ("N/A" if none)."""
+    try:
+        upi = (int(board_id, 16) >> 36) & 0xFFFFF
+    except ValueError:
+        return "N/A"
+    return BOARD_TYPES.get(upi, "N/A")
+
+
+@dataclass(frozen=True)
+class Board:
+    """One ``device_info`` entry."""
+
+    bus_id: str
+    board_type: str
+    board_id: str
+    firmwares: dict[str, Any] = field(default_factory=dict)
+    telemetry: dict[str, Any] = field(default_factory=dict)
+    limits: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def decoded_type(self) -> str:
+        """The board type decoded from ``board_id`` (must agree with ``board_type``)."""
+        return board_type_of(self.board_id)
+
+    @property
+    def is_p150(self) -> bool:
+        """True for a Blackhole P150 (a, b or c), by the decoded id and the reported type."""
+        return self.decoded_type in P150_TYPES and self.board_type.startswith(self.decoded_type)
+
+
+@dataclass(frozen=True)
+class Process:
+    """One ``processes`` entry: a process holding ``/dev/tenstorrent/<device>``."""
+
+    pid: int
+    user: str
+    device: int
+    cmdline: str
+
+
+@dataclass(frozen=True)
+class TtSmiSnapshot:
+    """What ``tt-smi -s`` reported."""
+
+    time: str
+    driver: str
+    tt_smi_version: str
+    boards: list[Board]
+    processes: list[Process]
+
+    def holders(self, device: int = 0) -> list[int]:
+        """PIDs of the processes holding ``device``."""
+        return [process.pid for process in self.processes if process.device == device]
+
+
+def _json_start(text: str) -> int:
+    for index, line in enumerate(text.splitlines(keepends=True)):
+        if line.lstrip().startswith("{"):
+            return sum(len(earlier) for earlier in text.splitlines(keepends=True)[:index])
+    raise TtSmiError(f"no JSON object in tt-smi output: {text.strip()[:300]!r}")
+
+
+def _mapping(value: object, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TtSmiError(f"tt-smi snapshot: {where} is not an object: {value!r}"[:300])
+    return value
+
+
+def parse_snapshot(text: str) -> TtSmiSnapshot:
+    """Read ``tt-smi -s`` output; raise ``TtSmiError`` saying what is wrong."""
+    start = _json_start(text)
+    try:
+        data, _ = json.JSONDecoder().raw_decode(text[start:].lstrip())
+    except json.JSONDecodeError as error:
+        raise TtSmiError(f"tt-smi snapshot is not JSON ({error}): {text[start:][:300]!r}") from None
+    top = _mapping(data, "the snapshot")
+    missing = [key for key in SNAPSHOT_KEYS if key not in top]
+    if missing:
+        raise TtSmiError(f"tt-smi snapshot lacks {', '.join(missing)}; keys: {list(top)}")
+    boards = []
+    for index, raw in enumerate(top["device_info"]):
+        entry = _mapping(raw, f"device_info[{index}]")
+        info = _mapping(entry.get("board_info"), f"device_info[{index}].board_info")
+        boards.append(
+            Board(
+                bus_id=str(info.get("bus_id", "N/A")),
+                board_type=str(info.get("board_type", "N/A")),
+                board_id=str(info.get("board_id", "N/A")),
+                firmwares=dict(entry.get("firmwares") or {}),
+                telemetry=dict(entry.get("telemetry") or {}),
+                limits=dict(entry.get("limits") or {}),
+            )
+        )
+    processes = []
+    for index, raw in enumerate(top["processes"]):
+        entry = _mapping(raw, f"processes[{index}]")
+        if not isinstance(entry.get("pid"), int) or not isinstance(entry.get("device"), int):
+            raise TtSmiError(f"processes[{index}] needs integer pid and device: {entry}")
+        processes.append(
+            Process(entry["pid"], str(entry.get("user", "?")), entry["device"],
+                    str(entry.get("cmdline", "")))
+        )  # fmt: skip
+    host = _mapping(top["host_info"], "host_info")
+    versions = _mapping(top["host_sw_vers"], "host_sw_vers")
+    return TtSmiSnapshot(
+        time=str(top["time"]),
+        driver=str(host.get("Driver", "")),
+        tt_smi_version=str(versions.get("tt_smi", "")),
+        boards=boards,
+        processes=processes,
+    )
+
+
+@dataclass(frozen=True)
+class ListedBoard:
+    """One row of a ``tt-smi -ls`` table: its title and column -> cell."""
+
+    table: str
+    cells: dict[str, str]
+
+
+_VERTICAL = "│┃|"
+
+
+def _split_row(line: str) -> list[str]:
+    inner = line.strip()[1:-1]
+    for bar in _VERTICAL[1:]:
+        inner = inner.replace(bar, _VERTICAL[0])
+    return [cell.strip() for cell in inner.split(_VERTICAL[0])]
+
+
+def parse_list(text: str) -> list[ListedBoard]:
+    """Read the tables of ``tt-smi -ls`` (rich boxes); raise ``TtSmiError`` if there are none."""
+    rows: list[ListedBoard] = []
+    title, header = "", None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped[0] not in "┏┡└│┃┗+|-╇":
+            title, header = stripped, None
+        elif stripped[0] == "┃" or (stripped[0] in "│|" and header is None):
+            header = _split_row(stripped)
+        elif stripped[0] in "│|" and header is not None:
+            cells = _split_row(stripped)
+            if len(cells) == len(header):
+                rows.append(ListedBoard(title, dict(zip(header, cells, strict=True))))
+    if not rows:
+        raise TtSmiError(f"no board rows in tt-smi -ls output: {text.strip()[:300]!r}")
+    return rows

@@ -8,10 +8,14 @@
 #   to legacyPackages.
 # - `nixpkgs = null`: the flake's own locked inputs (`builtins.getFlake`; a Nix host with flakes);
 #   no shim.
+# - `configurations`: names of the nixosConfigurations to describe (null: all of them);
+#   `outputs = false` leaves out the checks, apps, packages, devShells and formatter.
 {
   nixpkgs ? null,
   shim ? false,
   repo ? ../..,
+  configurations ? null,
+  outputs ? true,
 }:
 let
   system = "x86_64-linux";
@@ -53,14 +57,30 @@ let
       builtins.getFlake (toString repo)
     else
       let
-        outputs = (import (repo + "/flake.nix")).outputs {
-          self = outputs // {
-            outPath = repo;
+        # A flake's self.outPath is its source in the store (git-tracked files); caches and
+        # the worktree's .git link stay out of this copy.
+        source = builtins.path {
+          name = "source";
+          path = repo;
+          filter =
+            path: _:
+            !(builtins.elem (baseNameOf path) [
+              ".git"
+              "__pycache__"
+              ".mypy_cache"
+              ".ruff_cache"
+              ".pytest_cache"
+              "result"
+            ]);
+        };
+        result = (import (repo + "/flake.nix")).outputs {
+          self = result // {
+            outPath = source;
           };
           nixpkgs = treeInput;
         };
       in
-      outputs;
+      result;
   lib = (flake.inputs.nixpkgs or treeInput).lib;
 
   drvPath = drv: builtins.unsafeDiscardStringContext drv.drvPath;
@@ -156,10 +176,17 @@ let
       sshd = config.services.openssh.enable;
       instrumented = config.vmtests.instrumentation.enable or false;
     };
+  selected =
+    if configurations == null then
+      flake.nixosConfigurations
+    else
+      lib.getAttrs configurations flake.nixosConfigurations;
 in
 {
   shim = nixpkgs != null && shim;
-  configurations = lib.mapAttrs describe flake.nixosConfigurations;
+  configurations = lib.mapAttrs describe selected;
+}
+// lib.optionalAttrs outputs {
   checks = lib.mapAttrs (_: drvPath) flake.checks.${system};
   apps = lib.mapAttrs (_: app: contextDrvs app.program) flake.apps.${system};
   packages = lib.mapAttrs (_: drvPath) flake.packages.${system};

@@ -163,7 +163,10 @@
         inherit vmtests;
         default = vmtests;
         vm-test-base = vmBase.config.system.build.vm;
-      };
+      }
+      // lib.mapAttrs' (
+        name: target: lib.nameValuePair "persistence-${name}" (persistence name target)
+      ) vmTargets;
 
       apps.${system} = {
         persistence = {

@@ -19,6 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "vmtests"
 ALLOWED: dict[str, set[str]] = {
     "contracts": set(),
     "nixcore": set(),
+    "nixos_eval": set(),
     "driver": {"contracts"},
     "stub": {"contracts"},
     "profiles": {"contracts", "nixcore"},

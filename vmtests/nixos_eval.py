@@ -43,6 +43,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -181,7 +182,11 @@ def expression(environment: Environment, configurations: list[str] | None, outpu
 
 
 def run_nix(environment: Environment, expr: str, timeout: float = EVAL_TIMEOUT) -> Any:
-    """Evaluate ``expr`` strictly to JSON in ``environment``; ``NixError`` on failure."""
+    """Evaluate ``expr`` strictly to JSON in ``environment``; ``NixError`` on failure.
+
+    A JSON object gets the evaluation's warnings (``evaluation warning:`` lines) as
+    ``warnings``.
+    """
     nix = ["nix-instantiate", "--eval", "--strict", "--json"]
     if environment.tree is None:
         nix += ["--option", "experimental-features", "nix-command flakes"]
@@ -203,7 +208,14 @@ def run_nix(environment: Environment, expr: str, timeout: float = EVAL_TIMEOUT) 
             f"the NixOS evaluation failed (rc={result.returncode}; {environment.describe()}):\n"
             f"{expr}\n--- stderr ---\n{result.stderr.strip()[-6000:]}"
         )
-    return json.loads(result.stdout)
+    data = json.loads(result.stdout)
+    if isinstance(data, dict):
+        data["warnings"] = [
+            line.split("evaluation warning:", 1)[1].strip()
+            for line in result.stderr.splitlines()
+            if "evaluation warning:" in line
+        ]
+    return data
 
 
 _CACHE: dict[tuple[tuple[str, ...] | None, bool], dict[str, Any]] = {}
@@ -373,3 +385,26 @@ def serving_unit(configuration: str) -> RenderedUnit:
     """``tenstorrent-serving.service`` as ``configuration`` (e.g. ``vm-test-cfx-llm2``) renders
     it; see ``RenderedUnit`` for what it gives."""
     return rendered_unit(configuration, "serving")
+
+
+def main() -> None:
+    """Benchmark: ``python3 -m vmtests.nixos_eval`` prints the environment and the time to
+    evaluate each configuration alone (a fresh nix-instantiate each) and everything at once."""
+    environment = find_environment()
+    print(f"environment: {environment.describe()}")
+    started = time.monotonic()
+    names = sorted(run_nix(environment, expression(environment, None, False))["configurations"])
+    print(f"all configurations, no other outputs: {time.monotonic() - started:.1f} s")
+    for name in names:
+        started = time.monotonic()
+        run_nix(environment, expression(environment, [name], False))
+        print(f"{name}: {time.monotonic() - started:.1f} s")
+    started = time.monotonic()
+    run_nix(environment, expression(environment, None, True))
+    print(
+        f"everything (configurations, checks, apps, packages): {time.monotonic() - started:.1f} s"
+    )
+
+
+if __name__ == "__main__":
+    main()

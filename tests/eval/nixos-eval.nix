@@ -73,14 +73,16 @@ let
               "result"
             ]);
         };
+        self = result // {
+          outPath = source;
+          inputs.nixpkgs = treeInput;
+        };
         result = (import (repo + "/flake.nix")).outputs {
-          self = result // {
-            outPath = source;
-          };
+          inherit self;
           nixpkgs = treeInput;
         };
       in
-      result;
+      self;
   lib = (flake.inputs.nixpkgs or treeInput).lib;
 
   drvPath = drv: builtins.unsafeDiscardStringContext drv.drvPath;
@@ -170,7 +172,21 @@ let
         hugepages = unitView configuration "tenstorrent-hugepages";
       };
       # The package each manifest program comes from, as this configuration's pkgs evaluates it.
-      toolPackages = lib.mapAttrs (_: attr: builtins.unsafeDiscardStringContext (toString pkgs.${attr})) contract.tools;
+      toolPackages = lib.mapAttrs (
+        _: attr: builtins.unsafeDiscardStringContext (toString (lib.getBin pkgs.${attr}))
+      ) contract.tools;
+      toplevelOut = builtins.unsafeDiscardStringContext config.system.build.toplevel.outPath;
+      additionalPaths = map (p: builtins.unsafeDiscardStringContext "${p}") (
+        virtualisation.additionalPaths or [ ]
+      );
+      substituters = config.nix.settings.substituters or null;
+      # Who defines the options the shim declares: never this repository.
+      shimDefinitions = lib.optionalAttrs (nixpkgs != null && shim) (
+        lib.mapAttrs (_: option: map toString option.files) {
+          inherit (configuration.options.services) connman qemuGuest;
+          inherit (configuration.options.virtualisation) hypervGuest;
+        }
+      );
       dockerPackage = builtins.unsafeDiscardStringContext (toString config.virtualisation.docker.package);
       authorizedKeys = config.users.users.root.openssh.authorizedKeys.keys;
       sshd = config.services.openssh.enable;
@@ -188,6 +204,20 @@ in
 }
 // lib.optionalAttrs outputs {
   checks = lib.mapAttrs (_: drvPath) flake.checks.${system};
+  # The scripts of the persistence jobs (their switch commands).
+  persistenceScripts = lib.mapAttrs (_: script: script.text) (
+    lib.filterAttrs (name: _: lib.hasPrefix "persistence-" name) flake.packages.${system}
+  );
+  flakeSource = builtins.unsafeDiscardStringContext (toString flake.outPath);
+  nixpkgsSource = builtins.unsafeDiscardStringContext "${flake.inputs.nixpkgs.outPath}";
+  # The hugepage check of hosts/vm-test/common.nix, with the VM's memory halved to 4096 MB.
+  smallVmAssertions =
+    let
+      small = flake.nixosConfigurations.vm-test-cfx-llm2.extendModules {
+        modules = [ { virtualisation.memorySize = lib.mkForce 4096; } ];
+      };
+    in
+    map (a: a.message) (lib.filter (a: !a.assertion) small.config.assertions);
   apps = lib.mapAttrs (_: app: contextDrvs app.program) flake.apps.${system};
   packages = lib.mapAttrs (_: drvPath) flake.packages.${system};
   devShells = lib.mapAttrs (_: drvPath) flake.devShells.${system};

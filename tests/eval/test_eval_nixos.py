@@ -29,7 +29,15 @@ from vmtests.contracts.instrumentation import (
     GUEST_TOOLS,
     KERNEL_PARAMS,
 )
-from vmtests.nixos_eval import REPO_ROOT, RenderedUnit, describe, rendered_unit
+from vmtests.nixos_eval import (
+    REPO_ROOT,
+    NixosEvalUnavailable,
+    RenderedUnit,
+    describe,
+    find_environment,
+    is_trimmed,
+    rendered_unit,
+)
 from vmtests.profiles import load_profile
 
 pytestmark = pytest.mark.nix
@@ -287,3 +295,22 @@ def test_the_api_describes_one_configuration(nixos: dict[str, Any]) -> None:
     assert start.file_text().startswith("#!/bin/sh\nset -e\n\n")
     assert unit.environment["PATH"].split(":") == unit.path
     assert Path(start.program).name == "tenstorrent-serving-start"
+
+
+def test_without_a_tree_the_reason_names_the_setup_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VMTESTS_CACHE", str(tmp_path))
+    monkeypatch.delenv("VMTESTS_NIXPKGS", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no host Nix either
+    with pytest.raises(NixosEvalUnavailable, match=r"run scripts/setup-nixos-eval"):
+        find_environment()
+
+
+def test_a_trimmed_tree_gets_the_shim_and_a_full_one_does_not(tmp_path: Path) -> None:
+    modules = tmp_path / "nixos" / "modules"
+    modules.mkdir(parents=True)
+    (modules / "module-list.nix").write_text("[\n  ./hardware/steam-hardware.nix\n]\n")
+    assert is_trimmed(tmp_path)
+    (modules / "module-list.nix").write_text("[\n  ./hardware/tenstorrent.nix\n]\n")
+    assert not is_trimmed(tmp_path)

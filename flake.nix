@@ -19,8 +19,16 @@
       };
       vmTargets = lib.mapAttrs (_: profile: nixos [ (import ./hosts/vm-test/target.nix profile) ]) servingProfiles;
       toplevel = configuration: configuration.config.system.build.toplevel;
+      # The base VM's disk image holds the targets' toplevels and the sources that
+      # `nixos-rebuild switch --flake` evaluates offline: this flake and its nixpkgs input.
       vmBase = nixos [
-        (import ./hosts/vm-test/base.nix { targets = lib.mapAttrsToList (_: toplevel) vmTargets; })
+        (import ./hosts/vm-test/base.nix {
+          targets = lib.mapAttrsToList (_: toplevel) vmTargets;
+          sources = [
+            self.outPath
+            nixpkgs.outPath
+          ];
+        })
       ];
 
       vmtests = pkgs.python3Packages.buildPythonApplication {
@@ -47,17 +55,53 @@
         doCheck = false;
       };
 
+      # How the VM switches to a target (the report records the command, hence which one ran):
+      # - rebuild (default): `nixos-rebuild switch --flake` on this flake's source in the VM's
+      #   store, with the nixpkgs input pinned to the store path of this flake's own input and no
+      #   substituters, as nixpkgs' own nixos-rebuild tests run it offline
+      #   (nixos/tests/installer.nix, switchToFlake); the target's toplevel is already in the
+      #   image, so nothing is built in the VM;
+      # - prebuilt (faster): the second half of it only, `nix-env --set` and
+      #   `switch-to-configuration switch` of the pre-built toplevel.
+      switchCommands = profile: target: {
+        rebuild = lib.escapeShellArgs [
+          "nixos-rebuild"
+          "switch"
+          "--flake"
+          "${self.outPath}#vm-test-${profile}"
+          "--override-input"
+          "nixpkgs"
+          "path:${nixpkgs.outPath}"
+          "--no-write-lock-file"
+          "--offline"
+          "--option"
+          "substituters"
+          ""
+        ];
+        prebuilt = "nix-env -p /nix/var/nix/profiles/system --set ${toplevel target} && ${toplevel target}/bin/switch-to-configuration switch";
+      };
+
       # The main job for one serving profile: boot the base VM, switch it to the profile's target,
-      # reboot, and prove every flag, variable and banner survived. The one argument is the
-      # report directory. `nix run .#persistence` runs it for cfx-llm2; `nix flake check` runs it
-      # for every profile (it needs KVM, like every NixOS VM test).
+      # reboot, and prove every flag, variable and banner survived. The first argument is the
+      # report directory; $VMTESTS_SWITCH picks the switch (rebuild, the default, or prebuilt).
+      # `nix run .#persistence` runs it for cfx-llm2; `nix flake check` runs it for every
+      # profile (it needs KVM, like every NixOS VM test).
       persistence =
         profile: target:
+        let
+          commands = switchCommands profile target;
+        in
         pkgs.writeShellScript "vmtests-persistence-${profile}" ''
+          case "''${VMTESTS_SWITCH:-rebuild}" in
+            rebuild) switch=${lib.escapeShellArg commands.rebuild} ;;
+            prebuilt) switch=${lib.escapeShellArg commands.prebuilt} ;;
+            *) echo "VMTESTS_SWITCH must be rebuild or prebuilt, not $VMTESTS_SWITCH" >&2; exit 2 ;;
+          esac
+          echo "vmtests: switching with ''${VMTESTS_SWITCH:-rebuild}: $switch" >&2
           exec ${vmtests}/bin/vmtests run \
             --profile ${profile} \
             --target qemu-nixos:${vmBase.config.system.build.vm}/bin/run-${vmBase.config.system.name}-vm \
-            --switch-command "nix-env -p /nix/var/nix/profiles/system --set ${toplevel target} && ${toplevel target}/bin/switch-to-configuration switch" \
+            --switch-command "$switch" \
             --container tenstorrent-serving \
             --report-dir "''${1:-$PWD/vmtests-report-${profile}}"
         '';
@@ -119,7 +163,10 @@
         inherit vmtests;
         default = vmtests;
         vm-test-base = vmBase.config.system.build.vm;
-      };
+      }
+      // lib.mapAttrs' (
+        name: target: lib.nameValuePair "persistence-${name}" (persistence name target)
+      ) vmTargets;
 
       apps.${system} = {
         persistence = {
@@ -153,10 +200,10 @@
           pkgs.nix
           pkgs.qemu_kvm
           pkgs.openssh
-          pkgs.nixfmt-rfc-style
+          pkgs.nixfmt
         ];
       };
 
-      formatter.${system} = pkgs.nixfmt-rfc-style;
+      formatter.${system} = pkgs.nixfmt;
     };
 }

@@ -7,6 +7,7 @@
 {
   config,
   lib,
+  utils,
   ...
 }:
 let
@@ -22,9 +23,10 @@ let
   hugepageMount = "/dev/hugepages-${cfg.hugepages.size}";
   hugepageUnit = "tenstorrent-hugepages.service";
 
-  # nixpkgs' oci-containers stops with a bare `docker stop` (10 s, then SIGKILL) and then
-  # `docker rm -f`. The advisory wants `docker stop -t 60`, never `rm -f`, so both are replaced:
-  # ExecStop waits the full grace period, ExecStopPost only removes a container that is stopped.
+  # nixpkgs' oci-containers (nixos/modules/virtualisation/oci-containers.nix) stops with a bare
+  # `docker stop` (10 s, then SIGKILL) and then `docker rm -f`. The advisory wants
+  # `docker stop -t 60`, never `rm -f`, so both are replaced: ExecStop waits the full grace
+  # period, ExecStopPost only removes a container that is stopped.
   stopCommand =
     if backend == "podman" then
       "podman stop --ignore -t ${stopTimeout} --cidfile=/run/${name}/ctr-id"
@@ -41,6 +43,43 @@ let
         docker stop -t ${stopTimeout} ${name} >/dev/null 2>&1 || true
         docker rm ${name} >/dev/null 2>&1 || true
       '';
+
+  # oci-containers' own ExecStartPre (`pre-start`, a writeShellApplication) runs
+  # `<backend> rm -f <name>` and then loads imageFile. It is replaced by this one: the module's
+  # banner first, then a container left over from an earlier start (a crash of the unit, a
+  # manual `docker run`) is stopped gracefully with the full grace period and removed only once
+  # stopped, then the image is loaded the way oci-containers does it.
+  preStartCommands =
+    ''
+      echo ${lib.escapeShellArg core.banner}
+    ''
+    + (
+      if backend == "podman" then
+        ''
+          podman stop --ignore -t ${stopTimeout} ${name}
+          podman rm --ignore ${name}
+          rm -f /run/${name}/ctr-id
+        ''
+      else
+        ''
+          if [ "$(docker inspect --format '{{.State.Running}}' ${name} 2>/dev/null)" = true ]; then
+            echo "stopping the leftover container ${name} gracefully (docker stop -t ${stopTimeout})"
+            docker stop -t ${stopTimeout} ${name}
+          fi
+          # Only a stopped container is left here; with --rm it may already be going away.
+          docker rm ${name} >/dev/null 2>&1 || true
+        ''
+    )
+    + lib.optionalString (cfg.imageFile != null) ''
+      ${backend} load -i ${cfg.imageFile}
+    '';
+  # The same job script that nixos/lib/systemd-unit-options.nix makes of `preStart`, so that the
+  # unit's only ExecStartPre is the store path of `preStart`'s script.
+  preStartScript = utils.systemdUtils.lib.makeJobScript {
+    name = "${name}-pre-start";
+    text = preStartCommands;
+    inherit (config.systemd.services.${name}) enableStrictShellChecks;
+  };
 
   option =
     key: type: description:
@@ -150,13 +189,18 @@ in
         ++ [
           "--ipc=host"
           "--network=host"
+          # Docker's own stops (daemon shutdown, `docker stop` without -t) wait this long
+          # before SIGKILL too, not Docker's default of 10 s.
+          "--stop-timeout=${stopTimeout}"
         ]
         ++ cfg.extraOptions;
     };
 
     systemd.services.${name} = {
-      # The module's own banner, first in this boot's journal of the unit.
-      preStart = "echo ${lib.escapeShellArg core.banner}";
+      # The module's own banner, first in this boot's journal of the unit, then the graceful
+      # removal of a leftover container and the image load (see preStartCommands).
+      preStart = preStartCommands;
+      serviceConfig.ExecStartPre = lib.mkForce [ preStartScript ];
       preStop = lib.mkForce stopCommand;
       postStop = lib.mkForce postStopCommand;
       serviceConfig.TimeoutStopSec = lib.mkForce (core.stopTimeout + 30);

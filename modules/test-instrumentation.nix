@@ -39,6 +39,13 @@ let
     else
       { extraConfig = "Storage=${contract.journalStorage}"; };
 
+  # The backdoor's PATH: every program of the contract's tool manifest, from the nixpkgs
+  # attribute the manifest names. A service's PATH is only its `path` plus coreutils, findutils,
+  # gnugrep, gnused and systemd (nixpkgs nixos/lib/systemd-lib.nix); nixpkgs' own backdoor
+  # sources /etc/profile instead (nixos/modules/testing/test-instrumentation.nix). Here the
+  # manifest is the whole PATH contract, and the reference guest gets exactly the same programs.
+  toolPackages = map (attr: pkgs.${attr}) (lib.unique (lib.attrValues contract.tools));
+
   maskedGettys = lib.genAttrs (map (lib.removeSuffix ".service") contract.maskedGettys) (_: {
     enable = false;
   });
@@ -74,7 +81,11 @@ in
   };
 
   config = lib.mkIf cfg.enable {
-    boot.kernelParams = [ "console=${contract.serialDevice}" ];
+    # The contract's kernel parameters and console level. NixOS defaults to consoleLogLevel 4
+    # (nixos/modules/system/boot/kernel.nix, which also adds `loglevel=<level>`): the
+    # `Linux version` notice (level 5) would never reach the serial console.
+    boot.kernelParams = contract.kernelParams;
+    boot.consoleLogLevel = contract.consoleLogLevel;
     boot.kernelModules = [ "virtio_console" ];
 
     systemd.services = maskedGettys // {
@@ -86,10 +97,7 @@ in
           "dev-${contract.serialDevice}.device"
           "systemd-udevd.service"
         ];
-        path = [
-          pkgs.coreutils
-          pkgs.bash
-        ];
+        path = toolPackages;
         serviceConfig = {
           ExecStart = pkgs.writeScript "vmtests-backdoor" cfg.backdoorScript;
           # The shell ends with its session, like nixpkgs' backdoor.

@@ -21,6 +21,8 @@ ALLOWED: dict[str, set[str]] = {
     "nixcore": {"contracts"},
     # The one tt-smi reader (snapshot, certification preflight): neutral, contracts only.
     "tt_smi_parse": {"contracts"},
+    # What the full NixOS evaluation renders (the eval tier, the reference guest's units).
+    "nixos_eval": {"contracts"},
     "driver": {"contracts"},
     "stub": {"contracts"},
     "profiles": {"contracts", "nixcore"},

@@ -1,9 +1,8 @@
 # Machine-specific parts of cfx-llm2 that the serving setup does not depend on. Replace with the
 # host's `nixos-generate-config` output; the labels below keep the configuration evaluable.
+# The boot loader is in ./host.nix (the VM tests boot the same way).
 { ... }:
 {
-  boot.loader.systemd-boot.enable = true;
-  boot.loader.efi.canTouchEfiVariables = true;
   boot.initrd.availableKernelModules = [
     "nvme"
     "xhci_pci"

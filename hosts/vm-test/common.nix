@@ -1,37 +1,89 @@
-# What every VM test host shares: a persistent, bootloader-booted QEMU VM with the stubbed P150
-# device layer and the suite's instrumentation. The serving profiles are imported unchanged;
-# only the device layer differs from production (the stub sets the image to the stub server).
+# The VM that replaces cfx-llm2's hardware file (../cfx-llm2/hardware.nix) and device layer
+# (../cfx-llm2/device.nix) in every VM test host: a persistent QEMU VM booted like production
+# (systemd-boot on EFI), the stubbed P150 device layer and the suite's instrumentation. The host
+# itself (../cfx-llm2/host.nix: serving profile, volumes, boot loader) is imported unchanged by
+# base.nix and target.nix.
 #
 # Persistence traps (nixpkgs nixos/modules/virtualisation/qemu-vm.nix):
 # - direct boot would always boot the generation fixed at build time, so the VM boots through
-#   its bootloader from a persistent qcow2 disk (virtualisation.useBootLoader);
+#   its bootloader from a persistent qcow2 disk (virtualisation.useBootLoader, useEFIBoot);
 # - with a bootloader the host store is not mounted; the disk image holds the closure of the
-#   base system and of virtualisation.additionalPaths (the targets, see base.nix), so a switch
-#   and a reboot work offline.
-{ modulesPath, ... }:
+#   base system and of virtualisation.additionalPaths (the targets and the flake sources, see
+#   base.nix), so a switch and a reboot work offline;
+# - the system image is built with `additionalSpace = "0M"`: diskSize grows only the virtual
+#   disk, so the root partition and its ext4 are grown at boot (boot.growPartition:
+#   nixos/modules/system/boot/grow-partition.nix; autoResize: nixos/modules/tasks/filesystems.nix).
+{
+  config,
+  lib,
+  pkgs,
+  modulesPath,
+  ...
+}:
+let
+  # Memory, vCPUs, kernel parameters and console level of every test guest, NixOS VM and
+  # reference guest alike (docs/instrumentation.md).
+  contract = builtins.fromJSON (builtins.readFile ../../vmtests/contracts/instrumentation.json);
+  serving = config.services.tenstorrent-serving;
+  hugepageMB =
+    if serving.enable then
+      serving.hugepages.count
+      * {
+        "1G" = 1024;
+        "2M" = 2;
+      }
+      .${serving.hugepages.size}
+    else
+      0;
+  # The reference guest reserved 2 x 1 GiB reliably only with 8192 MB of memory: the pages must
+  # be at most a quarter of the guest's memory (the system, docker and the stub use the rest).
+  hugepageShare = 4;
+  # nixpkgs' own test key pair (nixos/tests/ssh-keys.nix, the RFC 9500 test key): the suite's
+  # key for NixOS test VMs; its private half is `snakeOilPrivateKey` of the same file.
+  sshKeys = import (modulesPath + "/../tests/ssh-keys.nix") pkgs;
+in
 {
   imports = [
     (modulesPath + "/virtualisation/qemu-vm.nix")
-    ../../modules/tenstorrent-serving.nix
     ../../modules/tenstorrent-stub.nix
     ../../modules/test-instrumentation.nix
   ];
 
-  networking.hostName = "vm-test";
-
   virtualisation = {
     useBootLoader = true;
+    useEFIBoot = true;
     # Relative to the directory the run script starts in; override with $NIX_DISK_IMAGE.
     diskImage = "./vm-test.qcow2";
     diskSize = 8192;
-    # 2 x 1 GiB hugepages (the cfx-llm2 profile) plus the system and docker.
-    memorySize = 4096;
-    cores = 2;
+    memorySize = contract.resources.memoryMB;
+    cores = contract.resources.cpus;
     graphics = false;
+    fileSystems."/".autoResize = true;
+  };
+  boot.growPartition = true;
+
+  assertions = [
+    {
+      assertion = hugepageMB * hugepageShare <= config.virtualisation.memorySize;
+      message = "services.tenstorrent-serving.hugepages reserve ${toString hugepageMB} MB, more than 1/${toString hugepageShare} of the VM's ${toString config.virtualisation.memorySize} MB: raise resources.memoryMB in vmtests/contracts/instrumentation.json or lower hugepages.count.";
+    }
+  ];
+
+  # Offline, like nixpkgs' own nixos-rebuild tests (nixos/tests/nixos-rebuild-specialisations.nix):
+  # no binary cache; everything the switch needs is already in the disk image.
+  nix.settings = {
+    substituters = lib.mkForce [ ];
+    hashed-mirrors = null;
+    connect-timeout = 1;
+    experimental-features = [
+      "nix-command"
+      "flakes"
+    ];
   };
 
   hardware.tenstorrent-stub.enable = true;
-  vmtests.instrumentation.enable = true;
-
-  system.stateVersion = "25.05";
+  vmtests.instrumentation = {
+    enable = true;
+    authorizedKeys = [ sshKeys.snakeOilPublicKey ];
+  };
 }

@@ -21,11 +21,16 @@ MODULE = ROOT / "modules" / "test-instrumentation.nix"
 EVAL = """
 let
   lib = import @LIB@;
-  pkgs = { bash = "/fake/bash"; coreutils = "/fake/coreutils"; writeScript = name: text: text; };
+  fakePackage = attr: "/fake/${attr}";
+  pkgs = lib.genAttrs @TOOL_PACKAGES@ fakePackage // {
+    bash = "/fake/bash";
+    writeScript = name: text: text;
+  };
   nixosStubs = { lib, ... }: with lib; {
     options = {
       boot.kernelParams = mkOption { type = types.listOf types.str; default = [ ]; };
       boot.kernelModules = mkOption { type = types.listOf types.str; default = [ ]; };
+      boot.consoleLogLevel = mkOption { type = types.int; default = 4; };
       systemd.services = mkOption { type = types.attrsOf types.anything; default = { }; };
       services.openssh = mkOption { type = types.anything; default = { }; };
       users.users = mkOption { type = types.attrsOf types.anything; default = { }; };
@@ -48,6 +53,8 @@ in {
   disabled = builtins.filter (n: (c.systemd.services.${n}.enable or true) == false)
     (builtins.attrNames c.systemd.services);
   kernelParams = c.boot.kernelParams;
+  consoleLogLevel = c.boot.consoleLogLevel;
+  path = c.systemd.services.vmtests-backdoor.path;
   storage = c.services.journald.settings.Journal.Storage;
   sshd = c.services.openssh.enable;
   rootKeys = c.users.users.root.openssh.authorizedKeys.keys;
@@ -62,7 +69,12 @@ def nixos_side() -> dict[str, object]:
     lib = find_nixpkgs_lib()
     if nix is None or lib is None:
         pytest.skip("needs nix-instantiate and a nixpkgs lib (see tests/eval/conftest.py)")
-    expr = EVAL.replace("@LIB@", str(lib)).replace("@MODULE@", str(MODULE))
+    packages = " ".join(f'"{attr}"' for attr in sorted(set(contract.GUEST_TOOLS.values())))
+    expr = (
+        EVAL.replace("@LIB@", str(lib))
+        .replace("@MODULE@", str(MODULE))
+        .replace("@TOOL_PACKAGES@", f"[ {packages} ]")
+    )
     result = subprocess.run(
         [nix, "--eval", "--strict", "--json", "--expr", expr],
         capture_output=True,
@@ -94,6 +106,14 @@ def test_nixos_module_implements_console_gettys_sshd_and_journal(
     assert nixos_side["storage"] == contract.JOURNAL_STORAGE
     assert nixos_side["sshd"] is True
     assert nixos_side["rootKeys"] == ["ssh-ed25519 AAAAtest"]
+    assert nixos_side["consoleLogLevel"] == contract.CONSOLE_LOG_LEVEL
+
+
+@pytest.mark.nix
+def test_nixos_backdoor_path_is_the_tool_manifest(nixos_side: dict[str, object]) -> None:
+    """Every program of the manifest reaches the backdoor through its nixpkgs attribute."""
+    expected = {f"/fake/{attr}" for attr in contract.GUEST_TOOLS.values()}
+    assert set(nixos_side["path"]) == expected  # type: ignore[call-overload]
 
 
 def test_reference_guest_files_follow_the_contract() -> None:

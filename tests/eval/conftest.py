@@ -1,13 +1,16 @@
-"""Fixtures of the eval tier: nix-instantiate and a nixpkgs lib, skipped with the reason."""
+"""Fixtures of the eval tier: nix-instantiate, a nixpkgs lib and the full NixOS evaluation,
+each skipped with the reason when unavailable."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from vmtests.nixcore import find_nixpkgs_lib
+from vmtests.nixos_eval import NixosEvalUnavailable, evaluate
 
 
 @pytest.fixture(scope="session")
@@ -29,3 +32,13 @@ def nixpkgs_lib(nix: str) -> Path:
             "~/.cache/vmtests/nixpkgs-lib, or provide <nixpkgs/lib> via NIX_PATH"
         )
     return found
+
+
+@pytest.fixture(scope="session")
+def nixos() -> dict[str, Any]:
+    """The full NixOS evaluation of the flake, once per session (vmtests.nixos_eval);
+    skips, naming the set-up step, when no nixpkgs tree or no capable Nix is found."""
+    try:
+        return evaluate()
+    except NixosEvalUnavailable as error:
+        pytest.skip(str(error))

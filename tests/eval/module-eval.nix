@@ -143,6 +143,10 @@ let
                 type = anything;
                 default = { };
               };
+              enableStrictShellChecks = mkOption {
+                type = types.bool;
+                default = false;
+              };
             };
           }
         );
@@ -188,6 +192,7 @@ let
           preStop = "${cfg.backend} stop ${name} || true";
           postStop = "${cfg.backend} rm -f ${name} || true";
           serviceConfig = {
+            ExecStartPre = [ "/nix/store/00000000000000000000000000000000-pre-start/bin/pre-start" ];
             TimeoutStartSec = 0;
             TimeoutStopSec = 120;
             Restart = "always";
@@ -196,8 +201,16 @@ let
       ) cfg.containers;
     };
 
+  # nixos/lib/systemd-lib.nix makeJobScript, by its result's shape: the script's store path.
+  utilsModel = {
+    config._module.args.utils.systemdUtils.lib.makeJobScript =
+      { name, text, ... }:
+      "/nix/store/${builtins.hashString "sha256" text}-unit-script-${name}/bin/${name}";
+  };
+
   evaluated = lib.evalModules {
     modules = [
+      utilsModel
       nixosStubs
       ociContainersModel
     ]

@@ -29,7 +29,7 @@ def test_module_container_meets_the_profile(nixpkgs_lib: Path, name: str) -> Non
         profile,
         container["cmd"],
         container["environment"],
-        serving["preStart"],
+        serving["preStart"].splitlines()[0],
         _hugepages_from_units(result),
     )
     assert not mismatches, f"profile {name}: the module breaks the expectations:\n" + explain(
@@ -51,7 +51,7 @@ def test_the_production_host_runs_the_cfx_llm2_profile(nixpkgs_lib: Path) -> Non
         profile,
         container["cmd"],
         container["environment"],
-        result["serving"]["preStart"],
+        result["serving"]["preStart"].splitlines()[0],
         _hugepages_from_units(result),
     )
     assert not mismatches, "hosts/cfx-llm2 breaks profile cfx-llm2:\n" + explain(mismatches)

@@ -47,6 +47,11 @@ def _outside_unit(snapshot: Snapshot) -> None:
     snapshot.unit.properties.update(ActiveState="inactive", MainPID="0")
 
 
+def _listener_not_found(snapshot: Snapshot) -> None:
+    """What a guest without `ss` produces: the server answers but no listener is recorded."""
+    snapshot.listener = None
+
+
 def _not_enabled(snapshot: Snapshot) -> None:
     snapshot.unit.properties["UnitFileState"] = "disabled"
 
@@ -75,6 +80,7 @@ MECHANISMS: list[tuple[str, Callable[[Snapshot], None], str]] = [
     ("source.not-restarted", _argv_not_restarted, "but the unit's ExecStart is now"),
     ("source.not-restarted", _env_not_restarted, "the unit now sets QWEN36_MERGE_BATCH_GUARD"),
     ("source.outside-unit", _outside_unit, "is pid 4242"),
+    ("source.outside-unit", _listener_not_found, "could be found with `ss -ltnp` (iproute2)"),
     ("source.not-enabled", _not_enabled, "it will not start at the next boot"),
     ("source.hugepages", _runtime_hugepages, "written at runtime and will be gone"),
     ("source.hugepages", _masked_hugepages, "is masked"),

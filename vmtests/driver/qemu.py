@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vmtests.contracts.instrumentation import BACKDOOR_READY_RE
+from vmtests.contracts.instrumentation import BACKDOOR_READY_RE, GUEST_CPUS
 from vmtests.driver import accel as accel_choice
 from vmtests.driver import procs, qemu_launch
 from vmtests.driver.console import SerialConsole
@@ -71,7 +71,7 @@ class QemuMachine(Machine):
         base_disk: Path | None = None,
         run_script: Path | None = None,
         memory_mb: int | None = None,
-        cpus: int = 1,
+        cpus: int | None = None,
         accel: str | None = None,
         forward_ports: Sequence[int] = (),
         ssh_key: Path | None = None,
@@ -294,7 +294,8 @@ class QemuMachine(Machine):
             append=self.append,
             overlay=self.overlay,
             memory_mb=self.memory_mb or 1024,
-            cpus=self.cpus,
+            # The contract's vCPUs, the same number a NixOS VM gets from virtualisation.cores.
+            cpus=self.cpus or GUEST_CPUS,
             accel=accel,
             forwards=self._forwards,
             sockets=sockets,

@@ -210,7 +210,20 @@ def check_inside_unit(snapshot: Snapshot) -> list[CheckResult]:
     stage, unit, listener = snapshot.label, snapshot.unit, snapshot.listener
     check = "source.outside-unit"
     if listener is None:
-        return [passed(stage, check, f"port {snapshot.port}", "nothing listens outside the unit")]
+        if snapshot.health.status is None:
+            return [passed(stage, check, f"port {snapshot.port}", "nothing listens on the port")]
+        # Something answered /health, so a listener exists: not finding it is missing evidence
+        # (the snapshot's `ss -ltnp`, from iproute2, is absent or failed), never a pass.
+        return [
+            failed(
+                stage,
+                check,
+                f"port {snapshot.port}",
+                f"{snapshot.health.url} answered {snapshot.health.status} but no listening "
+                f"process on port {snapshot.port} could be found with `ss -ltnp` (iproute2): is "
+                "`ss` in the guest's PATH? Without it the server's origin cannot be checked",
+            )
+        ]
     group = unit.prop("ControlGroup")
     paths = [line.rpartition(":")[2] for line in listener.cgroup.splitlines()]
     in_unit = listener.pid == unit.main_pid or (

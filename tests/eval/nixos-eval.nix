@@ -1,0 +1,225 @@
+# The full NixOS evaluation of this repository's flake, as one JSON document (read by
+# vmtests/nixos_eval.py). Nothing is built: derivations are only instantiated (drvPath).
+#
+# - `nixpkgs`: a nixpkgs tree. The flake's `nixpkgs` input is emulated the way nixpkgs' own
+#   flake.nix defines it (`lib.nixosSystem` = nixos/lib/eval-config.nix with `system = null`,
+#   `legacyPackages.<system>` = the package set). With `shim = true` (a trimmed tree) the
+#   test-only tests/eval/nixos-shim.nix is added to every configuration and its package stubs
+#   to legacyPackages.
+# - `nixpkgs = null`: the flake's own locked inputs (`builtins.getFlake`; a Nix host with flakes);
+#   no shim.
+# - `configurations`: names of the nixosConfigurations to describe (null: all of them);
+#   `outputs = false` leaves out the checks, apps, packages, devShells and formatter.
+{
+  nixpkgs ? null,
+  shim ? false,
+  repo ? ../..,
+  configurations ? null,
+  outputs ? true,
+}:
+let
+  system = "x86_64-linux";
+  shimModule = ./nixos-shim.nix;
+  contract = builtins.fromJSON (builtins.readFile (repo + "/vmtests/contracts/instrumentation.json"));
+
+  treeInput =
+    let
+      lib0 = import (nixpkgs + "/lib");
+      shimModules = lib0.optional shim shimModule;
+      # The shim's package stubs, for the flake's own package set too.
+      shimOverlays = lib0.optional shim (import ./nixos-shim-packages.nix);
+    in
+    {
+      outPath = nixpkgs;
+      # nixpkgs flake.nix: lib.nixosSystem.
+      lib = lib0.extend (
+        final: prev: {
+          nixosSystem =
+            args:
+            import (nixpkgs + "/nixos/lib/eval-config.nix") (
+              {
+                lib = final;
+                system = null;
+                modules = args.modules ++ shimModules ++ [ { nixpkgs.flake.source = nixpkgs; } ];
+              }
+              // removeAttrs args [ "modules" ]
+            );
+        }
+      );
+      legacyPackages.${system} = import nixpkgs {
+        inherit system;
+        overlays = shimOverlays;
+      };
+    };
+
+  flake =
+    if nixpkgs == null then
+      builtins.getFlake (toString repo)
+    else
+      let
+        # A flake's self.outPath is its source in the store (git-tracked files); caches and
+        # the worktree's .git link stay out of this copy.
+        source = builtins.path {
+          name = "source";
+          path = repo;
+          filter =
+            path: _:
+            !(builtins.elem (baseNameOf path) [
+              ".git"
+              "__pycache__"
+              ".mypy_cache"
+              ".ruff_cache"
+              ".pytest_cache"
+              "result"
+            ]);
+        };
+        self = result // {
+          outPath = source;
+          inputs.nixpkgs = treeInput;
+        };
+        result = (import (repo + "/flake.nix")).outputs {
+          inherit self;
+          nixpkgs = treeInput;
+        };
+      in
+      self;
+  lib = (flake.inputs.nixpkgs or treeInput).lib;
+
+  drvPath = drv: builtins.unsafeDiscardStringContext drv.drvPath;
+  # The derivations a string (an app's program) depends on, instantiated.
+  contextDrvs = s: builtins.attrNames (builtins.getContext s);
+
+  # One systemd service as the configuration renders it: the unit file's text, plus the text of
+  # every job script it runs (keyed by the script's store path, re-derived with nixpkgs' own
+  # nixos/lib/systemd-lib.nix makeJobScript from the same options, so a path that matches is
+  # exactly the script in the unit).
+  unitView =
+    configuration: name:
+    let
+      inherit (configuration.config.systemd) services units;
+      service = services.${name};
+      utils = configuration._module.args.utils;
+      jobs = {
+        pre-start = service.preStart;
+        start = service.script;
+        post-start = service.postStart;
+        reload = service.reload;
+        pre-stop = service.preStop;
+        post-stop = service.postStop;
+      };
+      script =
+        suffix: text:
+        utils.systemdUtils.lib.makeJobScript {
+          name = "${name}-${suffix}";
+          inherit text;
+          inherit (service) enableStrictShellChecks;
+        };
+    in
+    if units ? "${name}.service" then
+      {
+        text = units."${name}.service".text;
+        scripts = lib.mapAttrs' (
+          suffix: text: lib.nameValuePair (builtins.unsafeDiscardStringContext (script suffix text)) text
+        ) (lib.filterAttrs (_: text: text != "") jobs);
+      }
+    else
+      null;
+
+  describe =
+    name: configuration:
+    let
+      inherit (configuration) config pkgs;
+      serving = config.services.tenstorrent-serving;
+      virtualisation = config.virtualisation;
+    in
+    {
+      toplevel = drvPath config.system.build.toplevel;
+      vm = if config.system.build ? vm then drvPath config.system.build.vm else null;
+      systemName = config.system.name;
+      kernelParams = config.boot.kernelParams;
+      consoleLogLevel = config.boot.consoleLogLevel;
+      bootLoader = {
+        systemdBoot = config.boot.loader.systemd-boot.enable;
+        grub = config.boot.loader.grub.enable;
+        efi = virtualisation.useEFIBoot or null;
+        useBootLoader = virtualisation.useBootLoader or null;
+      };
+      resources = {
+        memoryMB = virtualisation.memorySize or null;
+        cpus = virtualisation.cores or null;
+        diskSizeMB = virtualisation.diskSize or null;
+      };
+      growRoot = {
+        growPartition = config.boot.growPartition;
+        autoResize = config.fileSystems."/".autoResize;
+      };
+      serving =
+        if serving.enable then
+          removeAttrs serving [ "imageFile" ]
+          // {
+            imageFile = if serving.imageFile == null then null else drvPath serving.imageFile;
+          }
+        else
+          null;
+      container =
+        let
+          c = config.virtualisation.oci-containers.containers.tenstorrent-serving or null;
+        in
+        if c == null then null else removeAttrs c [ "imageFile" "imageStream" "login" ];
+      units = {
+        backdoor = unitView configuration "vmtests-backdoor";
+        serving = unitView configuration "tenstorrent-serving";
+        hugepages = unitView configuration "tenstorrent-hugepages";
+      };
+      # The package each manifest program comes from, as this configuration's pkgs evaluates it.
+      toolPackages = lib.mapAttrs (
+        _: attr: builtins.unsafeDiscardStringContext (toString (lib.getBin pkgs.${attr}))
+      ) contract.tools;
+      toplevelOut = builtins.unsafeDiscardStringContext config.system.build.toplevel.outPath;
+      additionalPaths = map (p: builtins.unsafeDiscardStringContext "${p}") (
+        virtualisation.additionalPaths or [ ]
+      );
+      substituters = config.nix.settings.substituters or null;
+      # Who defines the options the shim declares: never this repository.
+      shimDefinitions = lib.optionalAttrs (nixpkgs != null && shim) (
+        lib.mapAttrs (_: option: map toString option.files) {
+          inherit (configuration.options.services) connman qemuGuest;
+          inherit (configuration.options.virtualisation) hypervGuest;
+        }
+      );
+      dockerPackage = builtins.unsafeDiscardStringContext (toString config.virtualisation.docker.package);
+      authorizedKeys = config.users.users.root.openssh.authorizedKeys.keys;
+      sshd = config.services.openssh.enable;
+      instrumented = config.vmtests.instrumentation.enable or false;
+    };
+  selected =
+    if configurations == null then
+      flake.nixosConfigurations
+    else
+      lib.getAttrs configurations flake.nixosConfigurations;
+in
+{
+  shim = nixpkgs != null && shim;
+  configurations = lib.mapAttrs describe selected;
+}
+// lib.optionalAttrs outputs {
+  checks = lib.mapAttrs (_: drvPath) flake.checks.${system};
+  # The scripts of the persistence jobs (their switch commands).
+  persistenceScripts = lib.mapAttrs (_: script: script.text) (
+    lib.filterAttrs (name: _: lib.hasPrefix "persistence-" name) flake.packages.${system}
+  );
+  flakeSource = builtins.unsafeDiscardStringContext (toString flake.outPath);
+  nixpkgsSource = builtins.unsafeDiscardStringContext "${flake.inputs.nixpkgs.outPath}";
+  # The hugepage check of hosts/vm-test/common.nix, with the VM's memory halved to 4096 MB.
+  smallVmAssertions =
+    let
+      small = flake.nixosConfigurations.vm-test-cfx-llm2.extendModules {
+        modules = [ { virtualisation.memorySize = lib.mkForce 4096; } ];
+      };
+    in
+    map (a: a.message) (lib.filter (a: !a.assertion) small.config.assertions);
+  apps = lib.mapAttrs (_: app: contextDrvs app.program) flake.apps.${system};
+  packages = lib.mapAttrs (_: drvPath) flake.packages.${system};
+  devShells = lib.mapAttrs (_: drvPath) flake.devShells.${system};
+  formatter = drvPath flake.formatter.${system};
+}

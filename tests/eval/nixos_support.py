@@ -1,0 +1,85 @@
+"""Checks of the full NixOS evaluation tier, as functions that return what is wrong, so that the
+negative tests can show each one catching its fault."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+
+# oci-containers.nix's docker run options that take no value, and the image position: the
+# container's own argv (the vLLM command line) is everything after the image.
+VM_TARGETS = {"vm-test-cfx-llm2": "cfx-llm2", "vm-test-resident": "resident"}
+VM_CONFIGURATIONS = ("vm-test-base", *VM_TARGETS)
+ALL_CONFIGURATIONS = ("cfx-llm2", *VM_CONFIGURATIONS)
+HUGEPAGE_MB = {"1G": 1024, "2M": 2}
+HUGEPAGE_SHARE = 4
+"""The hugepages may take at most a quarter of a guest's memory: the reference guest reserved
+2 x 1 GiB reliably only with 8192 MB (hosts/vm-test/common.nix asserts the same rule)."""
+
+
+def missing_tools(path: Sequence[str], tool_packages: Mapping[str, str]) -> list[str]:
+    """Manifest programs whose package has neither ``bin`` nor ``sbin`` on ``path``."""
+    entries = set(path)
+    return sorted(
+        program
+        for program, package in tool_packages.items()
+        if f"{package}/bin" not in entries and f"{package}/sbin" not in entries
+    )
+
+
+FORCED_REMOVAL = re.compile(r"\b(docker|podman)\s+(container\s+)?rm\b[^\n]*\s(-f|--force)\b")
+
+
+def forced_removals(scripts: Mapping[str, str | None]) -> list[str]:
+    """``name: line`` of every forced removal (``docker rm -f``) in the given scripts, and of
+    every script whose text is unknown (it cannot be shown not to remove forcibly)."""
+    found: list[str] = []
+    for name, text in scripts.items():
+        if text is None:
+            found.append(f"{name}: not a job script of the unit, its text is unknown")
+            continue
+        found += [
+            f"{name}: {line.strip()}" for line in text.splitlines() if FORCED_REMOVAL.search(line)
+        ]
+    return found
+
+
+def graceful_before_removal(text: str, name: str, stop_timeout: int) -> bool:
+    """Whether ``text`` stops container ``name`` with the grace period before removing it."""
+    stop = text.find(f"docker stop -t {stop_timeout} {name}")
+    remove = text.find(f"docker rm {name}")
+    return stop != -1 and remove != -1 and stop < remove
+
+
+def hugepages_fit(memory_mb: int, count: int, size: str) -> bool:
+    """Whether ``count`` pages of ``size`` fit the guest's memory by the HUGEPAGE_SHARE rule."""
+    return count * HUGEPAGE_MB[size] * HUGEPAGE_SHARE <= memory_mb
+
+
+def container_argv(docker_run: Sequence[str], image: str) -> list[str]:
+    """The container's own argv: what follows the image in a ``docker run`` argv."""
+    return list(docker_run[list(docker_run).index(image) + 1 :])
+
+
+def container_environment(docker_run: Sequence[str], image: str) -> dict[str, str]:
+    """``-e K=V`` options before the image."""
+    options = list(docker_run[: list(docker_run).index(image)])
+    environment: dict[str, str] = {}
+    for flag, value in itertools.pairwise(options):
+        if flag == "-e":
+            key, _, text = value.partition("=")
+            environment[key] = text
+    return environment
+
+
+def switch_commands(script: str) -> dict[str, list[str]]:
+    """The argv of each switch (``rebuild``, ``prebuilt``) of a persistence script's ``case``."""
+    found: dict[str, list[str]] = {}
+    for line in script.splitlines():
+        match = re.match(r"\s*(\w+)\) switch=(.*) ;;$", line)
+        if match:
+            (command,) = shlex.split(match.group(2))
+            found[match.group(1)] = shlex.split(command)
+    return found

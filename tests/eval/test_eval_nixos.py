@@ -1,0 +1,316 @@
+"""The full NixOS evaluation (vmtests.nixos_eval): every configuration, VM runner, check and app
+instantiates, and the units NixOS really renders meet the instrumentation contract and the
+hand-written expectations. One evaluation per session (the ``nixos`` fixture)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from eval_support import configuration_mismatches, explain
+from nixos_support import (
+    ALL_CONFIGURATIONS,
+    VM_CONFIGURATIONS,
+    VM_TARGETS,
+    container_argv,
+    container_environment,
+    forced_removals,
+    graceful_before_removal,
+    hugepages_fit,
+    missing_tools,
+    switch_commands,
+)
+
+from vmtests.contracts.instrumentation import (
+    CONSOLE_LOG_LEVEL,
+    GUEST_CPUS,
+    GUEST_MEMORY_MB,
+    GUEST_TOOLS,
+    KERNEL_PARAMS,
+)
+from vmtests.nixos_eval import (
+    REPO_ROOT,
+    NixosEvalUnavailable,
+    RenderedUnit,
+    describe,
+    find_environment,
+    is_trimmed,
+    rendered_unit,
+)
+from vmtests.profiles import load_profile
+
+pytestmark = pytest.mark.nix
+
+
+def serving_configurations() -> list[str]:
+    """Configurations that run the serving unit."""
+    return list(ALL_CONFIGURATIONS)
+
+
+def test_every_configuration_and_vm_runner_instantiates(nixos: dict[str, Any]) -> None:
+    configurations = nixos["configurations"]
+    assert set(configurations) == set(ALL_CONFIGURATIONS), sorted(configurations)
+    for name, described in configurations.items():
+        assert described["toplevel"].endswith(".drv"), (name, described["toplevel"])
+    for name in VM_CONFIGURATIONS:
+        assert str(configurations[name]["vm"]).endswith("-nixos-vm.drv"), name
+
+
+def test_every_check_app_and_package_instantiates(nixos: dict[str, Any]) -> None:
+    checks = nixos["checks"]
+    expected = {"core-profiles", "cfx-llm2-evaluates", "vm-test-base-evaluates"}
+    expected |= {f"{name}-evaluates" for name in VM_TARGETS}
+    expected |= {f"persistence-{profile}" for profile in VM_TARGETS.values()}
+    assert set(checks) == expected
+    assert all(path.endswith(".drv") for path in checks.values()), checks
+    assert set(nixos["apps"]) == {"persistence", "persistence-cfx-llm2", "persistence-resident"}
+    for name, derivations in nixos["apps"].items():
+        assert derivations, f"app {name}'s program depends on no derivation"
+        assert all(path.endswith(".drv") for path in derivations), (name, derivations)
+    assert all(path.endswith(".drv") for path in nixos["packages"].values())
+    assert nixos["devShells"]["default"].endswith(".drv")
+
+
+def test_the_formatter_is_nixfmt_not_its_deprecated_alias(nixos: dict[str, Any]) -> None:
+    assert nixos["formatter"].endswith("-nixfmt.drv"), nixos["formatter"]
+    deprecated = [warning for warning in nixos["warnings"] if "nixfmt-rfc-style" in warning]
+    assert not deprecated, deprecated
+
+
+@pytest.mark.parametrize("name", VM_CONFIGURATIONS)
+def test_the_backdoor_path_covers_the_tool_manifest(nixos: dict[str, Any], name: str) -> None:
+    described = nixos["configurations"][name]
+    backdoor = rendered_unit(name, "backdoor")
+    assert set(described["toolPackages"]) == set(GUEST_TOOLS)
+    missing = missing_tools(backdoor.path, described["toolPackages"])
+    assert not missing, f"{name}: the backdoor's PATH lacks {missing}: {backdoor.path}"
+
+
+def test_a_path_without_the_manifest_packages_is_caught(nixos: dict[str, Any]) -> None:
+    """Negative control: nixpkgs' default service PATH (systemd-lib.nix) misses the manifest."""
+    described = nixos["configurations"]["vm-test-cfx-llm2"]
+    packages = described["toolPackages"]
+    default_path = [
+        f"{packages[program]}/bin"
+        for program in ("cat", "bash", "find", "grep", "sed", "systemctl")
+    ]
+    missing = missing_tools(default_path, packages)
+    assert {"curl", "ss", "setsid", "docker", "nix-env"} <= set(missing), missing
+
+
+@pytest.mark.parametrize("name", VM_CONFIGURATIONS)
+def test_the_kernel_gets_the_contract_console_level(nixos: dict[str, Any], name: str) -> None:
+    described = nixos["configurations"][name]
+    assert described["consoleLogLevel"] == CONSOLE_LOG_LEVEL
+    params = described["kernelParams"]
+    missing = [param for param in KERNEL_PARAMS if param not in params]
+    assert not missing, f"{name}: kernel parameters lack {missing}: {params}"
+    # kernel.nix adds loglevel=<consoleLogLevel>; no other loglevel may override it.
+    assert [p for p in params if p.startswith("loglevel=")] == [f"loglevel={CONSOLE_LOG_LEVEL}"]
+
+
+@pytest.mark.parametrize("name", VM_CONFIGURATIONS)
+def test_the_vm_resources_come_from_the_contract_and_fit_the_hugepages(
+    nixos: dict[str, Any], name: str
+) -> None:
+    described = nixos["configurations"][name]
+    resources = described["resources"]
+    assert (resources["memoryMB"], resources["cpus"]) == (GUEST_MEMORY_MB, GUEST_CPUS)
+    hugepages = described["serving"]["hugepages"]
+    assert hugepages_fit(resources["memoryMB"], hugepages["count"], hugepages["size"]), (
+        f"{name}: {hugepages} do not fit in {resources['memoryMB']} MB"
+    )
+
+
+def test_the_hugepage_check_rejects_a_vm_too_small(nixos: dict[str, Any]) -> None:
+    """Negative control: the old 4096 MB VM fails hosts/vm-test/common.nix's assertion, and the
+    Python rule agrees."""
+    messages = [m for m in nixos["smallVmAssertions"] if "hugepages reserve" in m]
+    assert messages, nixos["smallVmAssertions"]
+    assert "resources.memoryMB" in messages[0]
+    assert not hugepages_fit(4096, 2, "1G")
+
+
+@pytest.mark.parametrize("name", VM_CONFIGURATIONS)
+def test_the_vm_boots_like_production_and_grows_its_root(nixos: dict[str, Any], name: str) -> None:
+    described = nixos["configurations"][name]
+    production = nixos["configurations"]["cfx-llm2"]["bootLoader"]
+    boot = described["bootLoader"]
+    assert production["systemdBoot"]
+    assert not production["grub"]
+    assert boot["systemdBoot"]
+    assert not boot["grub"]
+    assert boot["efi"]
+    assert boot["useBootLoader"]
+    assert described["growRoot"] == {"growPartition": True, "autoResize": True}
+
+
+@pytest.mark.parametrize("name", VM_CONFIGURATIONS)
+def test_the_suite_key_may_log_in(nixos: dict[str, Any], name: str) -> None:
+    described = nixos["configurations"][name]
+    assert described["sshd"]
+    assert described["instrumented"]
+    assert described["authorizedKeys"], f"{name}: root has no authorized key for the suite"
+
+
+@pytest.mark.parametrize(("name", "profile"), VM_TARGETS.items())
+def test_vm_targets_serve_exactly_like_the_production_host(
+    nixos: dict[str, Any], name: str, profile: str
+) -> None:
+    configurations = nixos["configurations"]
+    production, target = configurations["cfx-llm2"], configurations[name]
+    # Only the device layer differs: the stub supplies the image (and loads it from a file).
+    swapped = {"image", "imageFile"}
+    differences = {
+        key
+        for key in set(production["serving"]) | set(target["serving"])
+        if key not in swapped and production["serving"].get(key) != target["serving"].get(key)
+    }
+    # vm-test-resident runs the production host with its one profile line switched.
+    allowed = {"deviceResident", "deviceArgmax"} if profile == "resident" else set()
+    assert differences == allowed, {
+        key: (production["serving"].get(key), target["serving"].get(key)) for key in differences
+    }
+    if not allowed:
+        keep = {k: v for k, v in production["container"].items() if k not in swapped}
+        assert keep == {k: v for k, v in target["container"].items() if k not in swapped}
+
+
+@pytest.mark.parametrize("name", serving_configurations())
+def test_the_rendered_serving_unit_meets_the_profile(nixos: dict[str, Any], name: str) -> None:
+    described = nixos["configurations"][name]
+    profile = load_profile(VM_TARGETS.get(name, "baseline" if name == "vm-test-base" else name))
+    unit = rendered_unit(name)
+    image = described["serving"]["image"]
+    argv = unit.docker_run_argv
+    assert argv[:2] == ["docker", "run"], argv
+    (pre_start,) = unit.exec_start_pre
+    assert pre_start.script is not None
+    banner = pre_start.script.splitlines()[0]
+    hugepages = described["serving"]["hugepages"]
+    reserved = (
+        {"count": hugepages["count"], "sizeKiB": {"1G": 1048576, "2M": 2048}[hugepages["size"]]}
+        if hugepages["count"]
+        else None
+    )
+    mismatches = configuration_mismatches(
+        profile,
+        container_argv(argv, image),
+        container_environment(argv, image),
+        banner,
+        reserved,
+    )
+    assert not mismatches, f"{name}: the rendered unit breaks {profile.name}:\n" + explain(
+        mismatches
+    )
+
+
+@pytest.mark.parametrize("name", serving_configurations())
+def test_the_serving_unit_stops_gracefully_and_never_forces_removal(
+    nixos: dict[str, Any], name: str
+) -> None:
+    stop_timeout = nixos["configurations"][name]["serving"]["stopTimeout"]
+    unit = rendered_unit(name)
+    assert f"--stop-timeout={stop_timeout}" in unit.docker_run_argv
+    scripts = _exec_scripts(unit)
+    assert not forced_removals(scripts), forced_removals(scripts)
+    (pre_start,) = unit.exec_start_pre
+    assert pre_start.script is not None
+    assert graceful_before_removal(pre_start.script, "tenstorrent-serving", stop_timeout)
+    (stop,) = unit.exec_stop
+    assert stop.script is not None
+    assert f"docker stop -t {stop_timeout}" in stop.script
+    assert int(str(unit.timeout_stop_sec)) > stop_timeout
+    # oci-containers.nix's Restart=on-failure: a crashed server comes back.
+    assert unit.restart in {"on-failure", "always"}, unit.restart
+
+
+def test_nixpkgs_own_pre_start_would_be_caught() -> None:
+    """Negative control: oci-containers.nix's pre-start and post-stop (`rm -f`) are flagged, and
+    so is an ExecStartPre whose text is not one of the unit's job scripts."""
+    nixpkgs_pre_start = "docker rm -f tenstorrent-serving || true\ndocker load -i image.tar\n"
+    assert forced_removals({"pre-start": nixpkgs_pre_start})
+    assert forced_removals({"post-stop": "docker container rm --force tenstorrent-serving"})
+    assert forced_removals({"/nix/store/x-pre-start/bin/pre-start": None})
+    assert not graceful_before_removal(nixpkgs_pre_start, "tenstorrent-serving", 60)
+
+
+def _exec_scripts(unit: RenderedUnit) -> dict[str, str | None]:
+    execs = [*unit.exec_start_pre, *unit.exec_stop, *unit.exec_stop_post]
+    start = unit.exec_start
+    if start is not None:
+        execs.append(start)
+    return {execution.command: execution.script for execution in execs}
+
+
+def test_the_switch_runs_nixos_rebuild_offline_with_everything_in_the_image(
+    nixos: dict[str, Any],
+) -> None:
+    base = nixos["configurations"]["vm-test-base"]
+    for name in VM_TARGETS:
+        assert nixos["configurations"][name]["toplevelOut"] in base["additionalPaths"], name
+    assert nixos["flakeSource"] in base["additionalPaths"]
+    assert nixos["nixpkgsSource"] in base["additionalPaths"]
+    for name in VM_CONFIGURATIONS:
+        assert nixos["configurations"][name]["substituters"] == [], name
+    for profile in VM_TARGETS.values():
+        script = nixos["persistenceScripts"][f"persistence-{profile}"]
+        commands = switch_commands(script)
+        assert set(commands) == {"rebuild", "prebuilt"}, script
+        rebuild = commands["rebuild"]
+        assert rebuild[:4] == [
+            "nixos-rebuild",
+            "switch",
+            "--flake",
+            f"{nixos['flakeSource']}#vm-test-{profile}",
+        ]
+        pinned = rebuild.index("--override-input")
+        assert rebuild[pinned + 1 : pinned + 3] == ["nixpkgs", f"path:{nixos['nixpkgsSource']}"]
+        assert "--offline" in rebuild
+        assert rebuild[rebuild.index("substituters") + 1] == ""
+        toplevel = nixos["configurations"][f"vm-test-{profile}"]["toplevelOut"]
+        assert f"{toplevel}/bin/switch-to-configuration" in commands["prebuilt"]
+        assert "${VMTESTS_SWITCH:-rebuild}" in script
+
+
+def test_the_shim_defines_no_option_the_project_sets(nixos: dict[str, Any]) -> None:
+    for name, described in nixos["configurations"].items():
+        for option, files in described["shimDefinitions"].items():
+            ours = [
+                f
+                for f in files
+                if (f.startswith((str(REPO_ROOT), "/src/")) and "/tests/eval/" not in f)
+            ]
+            assert not ours, f"{name}: the shim stubs {option}, which {ours} define"
+
+
+def test_the_api_describes_one_configuration(nixos: dict[str, Any]) -> None:
+    described = describe("vm-test-cfx-llm2")
+    assert described is nixos["configurations"]["vm-test-cfx-llm2"]
+    unit = rendered_unit("vm-test-cfx-llm2")
+    start = unit.exec_start
+    assert start is not None
+    assert start.script is not None
+    assert start.file_text().startswith("#!/bin/sh\nset -e\n\n")
+    assert unit.environment["PATH"].split(":") == unit.path
+    assert Path(start.program).name == "tenstorrent-serving-start"
+
+
+def test_without_a_tree_the_reason_names_the_setup_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VMTESTS_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("VMTESTS_NIXPKGS", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no host Nix either
+    with pytest.raises(NixosEvalUnavailable, match=r"run scripts/setup-nixos-eval"):
+        find_environment()
+
+
+def test_a_trimmed_tree_gets_the_shim_and_a_full_one_does_not(tmp_path: Path) -> None:
+    modules = tmp_path / "nixos" / "modules"
+    modules.mkdir(parents=True)
+    (modules / "module-list.nix").write_text("[\n  ./hardware/steam-hardware.nix\n]\n")
+    assert is_trimmed(tmp_path)
+    (modules / "module-list.nix").write_text("[\n  ./hardware/tenstorrent.nix\n]\n")
+    assert not is_trimmed(tmp_path)

@@ -26,6 +26,7 @@ let
     options = {
       boot.kernelParams = mkOption { type = types.listOf types.str; default = [ ]; };
       boot.kernelModules = mkOption { type = types.listOf types.str; default = [ ]; };
+      boot.consoleLogLevel = mkOption { type = types.int; default = 4; };
       systemd.services = mkOption { type = types.attrsOf types.anything; default = { }; };
       services.openssh = mkOption { type = types.anything; default = { }; };
       users.users = mkOption { type = types.attrsOf types.anything; default = { }; };
@@ -48,6 +49,7 @@ in {
   disabled = builtins.filter (n: (c.systemd.services.${n}.enable or true) == false)
     (builtins.attrNames c.systemd.services);
   kernelParams = c.boot.kernelParams;
+  consoleLogLevel = c.boot.consoleLogLevel;
   storage = c.services.journald.settings.Journal.Storage;
   sshd = c.services.openssh.enable;
   rootKeys = c.users.users.root.openssh.authorizedKeys.keys;
@@ -89,6 +91,7 @@ def test_nixos_module_implements_console_gettys_sshd_and_journal(
     nixos_side: dict[str, object],
 ) -> None:
     assert f"console={contract.SERIAL_DEVICE}" in nixos_side["kernelParams"]  # type: ignore[operator]
+    assert nixos_side["consoleLogLevel"] == contract.CONSOLE_LOG_LEVEL
     expected = sorted(unit.removesuffix(".service") for unit in contract.MASKED_GETTYS)
     assert sorted(nixos_side["disabled"]) == expected  # type: ignore[call-overload]
     assert nixos_side["storage"] == contract.JOURNAL_STORAGE

@@ -101,6 +101,7 @@ def test_nixos_module_implements_console_gettys_sshd_and_journal(
     nixos_side: dict[str, object],
 ) -> None:
     assert f"console={contract.SERIAL_DEVICE}" in nixos_side["kernelParams"]  # type: ignore[operator]
+    assert nixos_side["consoleLogLevel"] == contract.CONSOLE_LOG_LEVEL
     expected = sorted(unit.removesuffix(".service") for unit in contract.MASKED_GETTYS)
     assert sorted(nixos_side["disabled"]) == expected  # type: ignore[call-overload]
     assert nixos_side["storage"] == contract.JOURNAL_STORAGE

@@ -1,8 +1,9 @@
 # Package half of tests/eval/nixos-shim.nix (an overlay): packages a trimmed nixpkgs tree lacks
 # but its remaining modules and packages still reference (found by evaluating every
-# configuration, check and app; an overlay cannot ask `prev ? name` without infinite recursion, so
-# the list is explicit, and the shim is loaded only for the trimmed tree). Each stub is a derivation that fails when built, so
-# nothing can silently use it; evaluation only needs its drvPath, pname and version.
+# configuration, check and app). An overlay cannot ask `prev ? name` without infinite
+# recursion, so the list is explicit, and the shim is loaded only for a trimmed tree. Each stub
+# is a derivation that fails when built, so nothing can silently use it; evaluation only needs
+# its drvPath, pname and version.
 final: prev:
 let
   inherit (prev) lib;

@@ -12,14 +12,12 @@
 { lib, modulesPath, ... }:
 let
   # An option a module of the tree sets (mkVMOverride false, …) but whose module was trimmed.
-  stubOption =
-    lib.mkOption {
-      type = lib.types.anything;
-      default = { };
-      internal = true;
-      description = "Stub for an option whose nixpkgs module the trimmed tree lacks (eval only).";
-    };
-
+  stubOption = lib.mkOption {
+    type = lib.types.anything;
+    default = { };
+    internal = true;
+    description = "Stub for an option whose nixpkgs module the trimmed tree lacks (eval only).";
+  };
 in
 {
   imports = [

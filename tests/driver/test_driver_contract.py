@@ -107,7 +107,6 @@ def test_nixos_module_implements_console_gettys_sshd_and_journal(
     assert nixos_side["storage"] == contract.JOURNAL_STORAGE
     assert nixos_side["sshd"] is True
     assert nixos_side["rootKeys"] == ["ssh-ed25519 AAAAtest"]
-    assert nixos_side["consoleLogLevel"] == contract.CONSOLE_LOG_LEVEL
 
 
 @pytest.mark.nix

@@ -179,6 +179,11 @@ def nixos_spec(
         args += ["-smp", str(cpus)]
     env = {
         "NIX_DISK_IMAGE": str(disk_image),
+        # With useEFIBoot the script keeps the EFI variables in $NIX_EFI_VARS, by default
+        # `<system name>-efi-vars.fd` in the current directory (nixpkgs
+        # nixos/modules/virtualisation/qemu-vm.nix): keep them with the disk, so that a fresh
+        # QEMU after a reboot boots the same entries and nothing lands in the caller's cwd.
+        "NIX_EFI_VARS": str(state_dir / "efi-vars.fd"),
         "QEMU_NET_OPTS": hostfwd(forwards),
         "TMPDIR": str(scratch),
         "USE_TMPDIR": "1",

@@ -27,14 +27,10 @@ from vmtests.profiles import Profile, ProfileError, available_profiles, load_pro
 from vmtests.report import write_controls_report, write_scenario_report
 from vmtests.scenario.controls import ControlOutcome, check_correct_configuration, run_controls
 from vmtests.scenario.redact import redact_text
-from vmtests.scenario.reference_switch import (
-    SCENARIO_MEMORY_MB,
-    CommandSwitch,
-    ReferenceSwitch,
-    Switcher,
-)
+from vmtests.scenario.reference_switch import CommandSwitch, ReferenceSwitch, Switcher
 from vmtests.scenario.results import CheckResult
 from vmtests.scenario.scenario import Scenario, ScenarioResult
+from vmtests.scenario.serving_unit import CONTAINER_NAME
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 REFERENCE_TARGET = "qemu:reference"
@@ -107,8 +103,7 @@ def _switcher(args: argparse.Namespace, profile: Profile) -> Switcher:
 @contextmanager
 def _machine(target: str, state_dir: Path) -> Iterator[Machine]:
     """The machine for ``target``, closed (never powered off for ssh) at the end."""
-    options = {"memory_mb": SCENARIO_MEMORY_MB} if target == REFERENCE_TARGET else {}
-    machine = machine_from_target(target, state_dir, **options)
+    machine = machine_from_target(target, state_dir)
     try:
         yield machine
     finally:
@@ -140,6 +135,8 @@ def run_scenario_on(
 ) -> ScenarioResult:
     """Run the scenario (and optionally controls) and write the reports, whatever happens."""
     base = _load(BASE_PROFILE) if isinstance(switcher, ReferenceSwitch) else None
+    if isinstance(switcher, ReferenceSwitch):
+        container = container or CONTAINER_NAME  # the reference guest runs the container
     scenario = Scenario(
         machine, profile, switcher, target=target, base_profile=base, container=container
     )

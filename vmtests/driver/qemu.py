@@ -23,10 +23,14 @@ from typing import Any
 
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
-from vmtests.contracts.instrumentation import BACKDOOR_READY_RE
+from vmtests.contracts.instrumentation import (
+    BACKDOOR_READY_RE,
+    GUEST_CPUS,
+    GUEST_MEMORY_MB,
+)
 from vmtests.driver import procs, qemu_launch
 from vmtests.driver.console import SerialConsole
-from vmtests.driver.errors import DriverError, MachineGone, WaitTimeout
+from vmtests.driver.errors import CommandFailed, DriverError, MachineGone, WaitTimeout
 from vmtests.driver.log import log
 from vmtests.driver.machine import (
     DEFAULT_COMMAND_TIMEOUT,
@@ -70,7 +74,7 @@ class QemuMachine(Machine):
         base_disk: Path | None = None,
         run_script: Path | None = None,
         memory_mb: int | None = None,
-        cpus: int = 1,
+        cpus: int | None = None,
         accel: str | None = None,
         forward_ports: Sequence[int] = (),
         ssh_key: Path | None = None,
@@ -275,8 +279,8 @@ class QemuMachine(Machine):
             initrd=self.initrd,
             append=self.append,
             overlay=self.overlay,
-            memory_mb=self.memory_mb or 1024,
-            cpus=self.cpus,
+            memory_mb=self.memory_mb or GUEST_MEMORY_MB,
+            cpus=self.cpus or GUEST_CPUS,
             accel=accel,
             forwards=self._forwards,
             sockets=sockets,
@@ -447,9 +451,15 @@ class QemuMachine(Machine):
         return result
 
     def _issue_reboot(self) -> None:
-        """Ask systemd to reboot; the command returns before the shell is killed."""
+        """Ask systemd to reboot; the command returns before the shell is killed.
+
+        A refused request (e.g. rc 127: ``setsid`` missing from the guest's PATH) raises
+        ``CommandFailed`` at once instead of waiting out the reboot timeout.
+        """
         self._pre_reboot_boot_id = self._boot_id
-        self._require_channel().run(REBOOT_COMMAND, 30)
+        result = self._require_channel().run(REBOOT_COMMAND, 30)
+        if result.rc != 0:
+            raise CommandFailed(result, expectation="0 (the reboot request was not accepted)")
         self._ready = False
 
     def _wait_until_answering(self, deadline: float) -> None:

@@ -241,7 +241,7 @@ class SshMachine(Machine):
     def shutdown(self, timeout: float = DEFAULT_REBOOT_TIMEOUT) -> None:
         """Power the host off and wait until the session drops."""
         with log.nested(f"powering off {self.name}"):
-            self.execute(REBOOT_COMMAND.replace("systemctl reboot", "systemctl poweroff"), 30)
+            self.succeed(REBOOT_COMMAND.replace("systemctl reboot", "systemctl poweroff"), 30)
             self._wait_session_end(time.monotonic() + timeout)
             self._disconnect()
 
@@ -258,7 +258,7 @@ class SshMachine(Machine):
     def _issue_reboot(self) -> None:
         """Ask systemd to reboot (returns at once), remembering the boot that must end."""
         self._pre_reboot_boot_id = self.boot_id()
-        self.execute(REBOOT_COMMAND, 30)
+        self.succeed(REBOOT_COMMAND, 30)  # a refused request fails now, not at the timeout
 
     def _wait_until_answering(self, deadline: float) -> None:
         """Wait for the old session to drop, then reconnect to a new boot by ``deadline``."""

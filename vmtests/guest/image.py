@@ -29,6 +29,7 @@ from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.qemu import QemuMachine
 from vmtests.driver.tools import require_tools
+from vmtests.guest import toolpath
 
 SUITE = "bookworm"
 PACKAGES = (
@@ -43,15 +44,39 @@ PACKAGES = (
     "ca-certificates",
     "curl",
     "sudo",  # the ssh backend's sudo mode is tested against the reference guest
+    # The serving unit runs the stub as a container, as oci-containers does on NixOS.
+    "docker.io",
 )
-DISK_SIZE = "3G"
+DISK_SIZE = "4G"
 HOSTNAME = "reference"
-# `-cpu max` shows SVM/VMX to the guest, and udev then loads kvm, which takes ~6 s of every
-# boot under TCG (measured from the console timestamps); the guest never runs VMs itself.
-KERNEL_APPEND = (
-    f"root=/dev/vda rw console={contract.SERIAL_DEVICE} net.ifnames=0 "
-    "modprobe.blacklist=kvm,kvm_amd,kvm_intel"
+# The contract's kernel parameters (console, console level) come first, as on NixOS; the rest
+# is this guest's own: `-cpu max` shows SVM/VMX to the guest, and udev then loads kvm, which
+# takes ~6 s of every boot under TCG (measured from the console timestamps).
+KERNEL_APPEND = " ".join(
+    (
+        *contract.KERNEL_PARAMS,
+        "root=/dev/vda rw net.ifnames=0 modprobe.blacklist=kvm,kvm_amd,kvm_intel",
+    )
 )
+DOCKER_DAEMON_JSON = '{"log-driver": "journald"}\n'
+"""NixOS's ``virtualisation.docker`` daemon settings that differ from Debian's: the log driver
+(nixpkgs ``nixos/modules/virtualisation/docker.nix``, ``logDriver`` defaults to journald;
+``live-restore`` follows upstream's default since 24.11)."""
+CONTRACT_FIELDS = (
+    "serialDevice",
+    "backdoorPortName",
+    "backdoorReadyPrefix",
+    "backdoorScript",
+    "journalStorage",
+    "sshUser",
+    "maskedGettys",
+    "consoleLogLevel",
+    "kernelParams",
+    "resources.memoryMB",
+    "resources.cpus",
+    "tools",
+)
+"""The instrumentation contract's fields this guest is built and booted from (for reports)."""
 BUILD_TIMEOUT = 1800.0
 KEEP_IMAGES = 3
 BOOT_TIME_MASKS = (
@@ -138,6 +163,8 @@ Requires=dev-{contract.SERIAL_DEVICE}.device
 After=dev-{contract.SERIAL_DEVICE}.device systemd-udevd.service
 
 [Service]
+# Exactly the contract's tool manifest, as the NixOS backdoor's `path` (vmtests.guest.toolpath).
+Environment=PATH={toolpath.TOOLS_DIR}
 ExecStart=/usr/local/libexec/vmtests-backdoor
 KillSignal=SIGHUP
 
@@ -145,7 +172,7 @@ KillSignal=SIGHUP
 WantedBy=multi-user.target
 """
     return {
-        "usr/local/libexec/vmtests-backdoor": contract.backdoor_script("/bin/sh"),
+        "usr/local/libexec/vmtests-backdoor": contract.backdoor_script(toolpath.SHELL),
         f"etc/systemd/system/{contract.BACKDOOR_UNIT}": backdoor_unit,
         "etc/systemd/journald.conf.d/vmtests.conf": (
             f"[Journal]\nStorage={contract.JOURNAL_STORAGE}\n"
@@ -160,6 +187,7 @@ WantedBy=multi-user.target
         "etc/hostname": HOSTNAME + "\n",
         "etc/hosts": f"127.0.0.1 localhost\n127.0.1.1 {HOSTNAME}\n",
         "etc/fstab": "/dev/vda / ext4 rw,errors=remount-ro 0 1\n",
+        "etc/docker/daemon.json": DOCKER_DAEMON_JSON,
     }
 
 
@@ -180,6 +208,7 @@ def input_hash(public_key: str) -> str:
     # (but editing unrelated helpers in this module, e.g. start_reference_guest, does not).
     for function in (_rendered_files, _customize, _build):
         digest.update(inspect.getsource(function).encode())
+    digest.update(Path(toolpath.__file__).read_bytes())
     digest.update(Path(contract.__file__).read_bytes())
     digest.update(contract.CONTRACT_FILE.read_bytes())
     return digest.hexdigest()[:20]
@@ -206,6 +235,10 @@ def _customize(rootfs: Path, public_key: str) -> None:
     (rootfs / "root/.ssh").chmod(0o700)
     (rootfs / "root/.ssh/authorized_keys").chmod(0o600)
     (rootfs / "var/log/journal").mkdir(parents=True, exist_ok=True)
+    try:
+        toolpath.populate(rootfs)
+    except ValueError as error:
+        raise DriverError(f"building the tool directories: {error}") from error
     for unit in (*contract.MASKED_GETTYS, *BOOT_TIME_MASKS):
         (rootfs / "etc/systemd/system" / unit).symlink_to("/dev/null")
     _run(
@@ -308,7 +341,8 @@ def reference_image() -> ReferenceImage:
 def start_reference_guest(
     state_dir: Path,
     *,
-    memory_mb: int = 1024,
+    memory_mb: int = contract.GUEST_MEMORY_MB,
+    cpus: int = contract.GUEST_CPUS,
     forward_ports: Sequence[int] = (),
     name: str = "reference",
     accel: str | None = None,
@@ -318,9 +352,10 @@ def start_reference_guest(
 ) -> QemuMachine:
     """Boot a fresh reference guest with its own overlay in ``state_dir``; return it started.
 
-    ``forward_ports`` are guest TCP ports to forward from free host ports (ssh is always
-    forwarded); look them up with ``machine.forwarded_port(port)``. Other keyword ``options``
-    (``cpus``, ``boot_timeout``, ``kvm_probe_timeout``) go to ``QemuMachine``. The caller must
+    Memory and vCPUs default to the contract's (``GUEST_MEMORY_MB``, ``GUEST_CPUS``), the same
+    as the NixOS test VM's. ``forward_ports`` are guest TCP ports to forward from free host ports
+    (ssh is always forwarded); look them up with ``machine.forwarded_port(port)``. Other keyword
+    ``options`` (``boot_timeout``, ``kvm_probe_timeout``) go to ``QemuMachine``. The caller must
     ``shutdown()``/``close()`` it (or use it as a context manager).
     """
 
@@ -333,6 +368,7 @@ def start_reference_guest(
         append=(image.append + " " + append_extra).strip(),
         base_disk=image.disk,
         memory_mb=memory_mb,
+        cpus=cpus,
         forward_ports=tuple(forward_ports),
         ssh_key=image.ssh_key,
         accel=accel,

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from vmtests.contracts.instrumentation import GUEST_CPUS, GUEST_MEMORY_MB
 from vmtests.contracts.serving import SERVING_PORT
 from vmtests.driver.machine import Machine
 from vmtests.driver.qemu import QemuMachine
@@ -57,9 +58,11 @@ def _pick(options: dict[str, Any], allowed: tuple[str, ...], target: str) -> dic
 def machine_from_target(target: str, state_dir: Path, **options: Any) -> Machine:
     """Build the (not yet started) machine that ``target`` names.
 
-    QEMU targets accept ``memory_mb``, ``cpus``, ``accel``, ``forward_ports`` (default: the
-    serving port 8000), ``boot_timeout`` and ``name``; ssh targets accept ``identity_file``,
-    ``known_hosts``, ``strict_host_key_checking`` (default True), ``sudo``, ``sudo_password``
+    QEMU targets accept ``memory_mb``, ``cpus`` (the reference guest defaults to the
+    contract's ``GUEST_MEMORY_MB``/``GUEST_CPUS``; a NixOS VM to its own configuration),
+    ``accel``, ``forward_ports`` (default: the serving port 8000), ``boot_timeout`` and
+    ``name``; ssh targets accept ``identity_file``, ``known_hosts``,
+    ``strict_host_key_checking`` (default True), ``sudo``, ``sudo_password``
     and ``connect_timeout``.
     """
     state_dir = Path(state_dir)
@@ -68,6 +71,8 @@ def machine_from_target(target: str, state_dir: Path, **options: Any) -> Machine
 
         chosen = _pick(options, QEMU_OPTIONS, target)
         image = reference_image()
+        chosen.setdefault("memory_mb", GUEST_MEMORY_MB)
+        chosen.setdefault("cpus", GUEST_CPUS)
         return QemuMachine(
             name=chosen.pop("name", "reference"),
             state_dir=state_dir,

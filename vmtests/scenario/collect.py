@@ -60,7 +60,7 @@ sec cmdline; cat /proc/cmdline
 sec unit; systemctl show -p "$UNITPROPS" "$unit"
 sec unit_env; systemctl show -p Environment --value "$unit" | base64 -w0
 sec unit_files; files "$unit"
-sec start_script  # NixOS's `script`: ExecStart runs a shell script; show it when it is one
+sec start_script  # a NixOS `script` unit: ExecStart runs a shell script; show it
 sp=$(systemctl show -p ExecStart --value "$unit" | sed -n 's/^{ path=\([^ ;]*\) .*/\1/p' | head -n1)
 if [ -f "$sp" ] && [ "$(head -c 2 "$sp")" = '#!' ]; then
   printf '@@vmtests-file %s %s\n' "$sp" "$(base64 -w0 < "$sp")"

@@ -75,6 +75,7 @@ class ServingConfig:
     stop_timeout: int
     image: str = IMAGE
     image_file: str | None = None
+    graceful_pre_start: bool = True
 
     @classmethod
     def from_core(cls, core: CoreOutput) -> ServingConfig:
@@ -116,7 +117,9 @@ def render_units(config: ServingConfig) -> RenderedUnits:
         stop_timeout=config.stop_timeout,
         hugepages=config.hugepages,
     )
-    adjustments = ServiceAdjustments(config.banner, config.stop_timeout, config.hugepages)
+    adjustments = ServiceAdjustments(
+        config.banner, config.stop_timeout, config.hugepages, config.graceful_pre_start
+    )
     return render_container_service(container, adjustments)
 
 
@@ -150,9 +153,10 @@ def _reserve_now(hugepages: Mapping[str, object]) -> str:
     pages than asked are reserved; after the last try that failure stands.
     """
     free = "sync; echo 3 > /proc/sys/vm/drop_caches; echo 1 > /proc/sys/vm/compact_memory"
+    tries = " ".join(str(n) for n in range(1, RESERVE_TRIES + 1))
     mount = mount_unit_name(hugepage_mount(hugepages))
     return (
-        f"for try in $(seq {RESERVE_TRIES}); do {free}; "
+        f"for try in {tries}; do {free}; "
         f"systemctl restart {HUGEPAGES_UNIT} && break; done; "
         f"systemctl is-active {HUGEPAGES_UNIT} && systemctl start {shlex.quote(mount)}"
     )

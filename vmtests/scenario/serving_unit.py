@@ -85,6 +85,8 @@ class ServiceAdjustments:
     banner: str
     stop_timeout: int
     hugepages: Mapping[str, object] | None
+    graceful_pre_start: bool = True
+    """False renders oci-containers.nix's own pre-start (``docker rm -f``): a negative control."""
 
 
 @dataclass
@@ -157,20 +159,24 @@ def shell_application(name: str, text: str) -> tuple[str, str]:
     return f"{store_path(name, content)}/bin/{name}", content
 
 
-def pre_start_text(container: OciContainer, stop_timeout: int) -> str:
+def pre_start_text(container: OciContainer, stop_timeout: int, graceful: bool = True) -> str:
     """The container's pre-start: stop a leftover gracefully, remove it, load the image.
 
-    oci-containers.nix runs ``docker rm -f <name>`` here, which SIGKILLs a running leftover;
-    the module's pre-start stops it with the graceful timeout first and removes it only once
-    it has stopped (a plain ``docker rm`` refuses a running container).
+    oci-containers.nix runs ``docker rm -f <name>`` here (``graceful=False`` renders exactly
+    that), which SIGKILLs a running leftover; the module's pre-start stops it with the graceful
+    timeout first and removes it only once it has stopped (a plain ``docker rm`` refuses a
+    running container).
     """
     name = escape_shell_arg(container.name)
-    lines = [
-        f"if {BACKEND} container inspect {name} >/dev/null 2>&1; then",
-        f"  {BACKEND} stop -t {stop_timeout} {name} || true",
-        f"  {BACKEND} rm {name} >/dev/null 2>&1 || true",
-        "fi",
-    ]
+    if graceful:
+        lines = [
+            f"if {BACKEND} container inspect {name} >/dev/null 2>&1; then",
+            f"  {BACKEND} stop -t {stop_timeout} {name} || true",
+            f"  {BACKEND} rm {name} >/dev/null 2>&1 || true",
+            "fi",
+        ]
+    else:
+        lines = [f"{BACKEND} rm -f {container.name} || true"]
     if container.image_file is not None:
         lines.append(f"{BACKEND} load -i {container.image_file}")
     return "\n".join(lines) + "\n"
@@ -207,7 +213,9 @@ def render_container_service(
     banner_path, banner = job_script(
         f"{name}-pre-start", f"echo {escape_shell_arg(adjustments.banner)}"
     )
-    pre_path, pre = shell_application("pre-start", pre_start_text(container, stop))
+    pre_path, pre = shell_application(
+        "pre-start", pre_start_text(container, stop, adjustments.graceful_pre_start)
+    )
     start_path, start = job_script(f"{name}-start", run_script_text(container))
     stop_path, stop_script = job_script(
         f"{name}-pre-stop", f"{BACKEND} stop -t {stop} {name} || true"

@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,11 @@ _KVM_VERDICT: dict[str, bool] = {}
 
 
 class QemuMachine(Machine):
-    """A QEMU guest: the reference guest (direct boot) or a NixOS VM (its run script)."""
+    """A QEMU guest: the reference guest (direct boot) or a NixOS VM (its run script).
+
+    A directly booted guest can get ``data_disks`` (serial -> file), attached read-only as
+    virtio disks (``/dev/disk/by-id/virtio-<serial>`` in the guest).
+    """
 
     def __init__(
         self,
@@ -80,6 +84,7 @@ class QemuMachine(Machine):
         ssh_key: Path | None = None,
         boot_timeout: float = DEFAULT_BOOT_TIMEOUT,
         kvm_probe_timeout: float = KVM_PROBE_TIMEOUT,
+        data_disks: Mapping[str, Path] | None = None,
     ) -> None:
         if (kernel is None) == (run_script is None):
             raise ValueError("give either kernel/initrd/base_disk (direct boot) or run_script")
@@ -90,6 +95,7 @@ class QemuMachine(Machine):
         self.kernel, self.initrd, self.append = kernel, initrd, append
         self.base_disk, self.run_script = base_disk, run_script
         self.memory_mb, self.cpus = memory_mb, cpus
+        self.data_disks = dict(data_disks or {})
         self.requested_accel = (accel or os.environ.get("VMTESTS_ACCEL") or "auto").lower()
         if self.requested_accel not in qemu_launch.ACCELS:
             raise ValueError(f"accel must be one of {qemu_launch.ACCELS}: {accel!r}")
@@ -285,6 +291,7 @@ class QemuMachine(Machine):
             forwards=self._forwards,
             sockets=sockets,
             marker=self.marker,
+            data_disks=self.data_disks,
         )
 
     def _accept(self, listener: socket.socket, what: str) -> socket.socket:

@@ -11,8 +11,10 @@ Docker or Nix on the host:
    package the NixOS image carries too) goes to ``/opt/vmtests/vmtests``, and the image's own
    Python imports the server there as a check;
 3. the tree becomes one layer of a ``docker save`` archive (``manifest.json``, the image config
-   named by its digest, ``<diff id>/layer.tar``), gzipped: ``docker load -i`` reads it, as it
-   reads ``dockerTools`` archives.
+   named by its digest, ``<diff id>/layer.tar``): ``docker load -i`` reads it, as it reads
+   ``dockerTools`` archives;
+4. the archive is also wrapped in a tar (``disk.tar``) that a reference guest gets as a
+   read-only virtio disk, its stand-in for the store that holds ``imageFile`` on NixOS.
 
 Archives are cached under ``~/.cache/vmtests/stub-images/<hash>`` like the guest image, keyed
 on every input (packages, suite, mirror, the stub package's files and this builder's source).
@@ -20,7 +22,6 @@ on every input (packages, suite, mirror, the stub package's files and this build
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import inspect
 import io
@@ -52,7 +53,13 @@ ENVIRONMENT = (
     f"PYTHONPATH={PYTHONPATH}",
     "PYTHONUNBUFFERED=1",
 )
-ARCHIVE_NAME = f"{IMAGE_NAME}.tar.gz"
+ARCHIVE_NAME = f"{IMAGE_NAME}.tar"
+"""Uncompressed: ``docker load`` reads it at every start (like ``imageFile``), and gunzip of
+the whole archive costs more than anything else in a start under TCG."""
+DISK_NAME = "disk.tar"
+DISK_SERIAL = "vmtests-stub-image"
+"""Serial of the read-only virtio disk carrying the archive into a reference guest: a tar
+holding ``ARCHIVE_NAME`` (tar pads to whole blocks, so a block device reads it back exactly)."""
 KEEP_IMAGES = 3
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_PARTS = ("__init__.py", "stub", "contracts")
@@ -63,6 +70,11 @@ _TRIM = (
     "usr/share/info",
     "usr/lib/x86_64-linux-gnu/gconv",  # iconv modules: Python never loads them
     "var/cache",
+    # Standard library parts the stub never imports (the build imports the server to check).
+    *(
+        f"usr/lib/python3.11/{name}"
+        for name in ("pydoc_data", "lib2to3", "ensurepip", "unittest", "distutils", "sqlite3")
+    ),
 )
 
 
@@ -71,8 +83,10 @@ class StubImage:
     """A built stub image archive and what ``docker load`` will call it."""
 
     archive: Path
+    disk: Path
     image: str
     digest: str
+    archive_sha256: str
     build_seconds: float
 
 
@@ -137,7 +151,7 @@ def _layer(rootfs: Path) -> bytes:
 
 
 def _archive(layer: bytes, destination: Path) -> str:
-    """Write a gzipped ``docker save`` archive with one ``layer``; return the image digest."""
+    """Write a ``docker save`` archive with one ``layer``; return the image digest."""
     diff_id = hashlib.sha256(layer).hexdigest()
     config = {
         "architecture": "amd64",
@@ -162,10 +176,7 @@ def _archive(layer: bytes, destination: Path) -> str:
         "manifest.json": json.dumps(manifest).encode(),
         "repositories": json.dumps({IMAGE_NAME: {IMAGE_TAG: diff_id}}).encode(),
     }
-    with (
-        gzip.GzipFile(destination, "wb", compresslevel=6, mtime=0) as compressed,
-        tarfile.open(fileobj=compressed, mode="w", format=tarfile.PAX_FORMAT) as archive,
-    ):
+    with tarfile.open(destination, mode="w", format=tarfile.PAX_FORMAT) as archive:
         directory = tarfile.TarInfo(diff_id)
         directory.type, directory.mode = tarfile.DIRTYPE, 0o755
         archive.addfile(directory)
@@ -212,6 +223,8 @@ def _build(directory: Path) -> str:
     )
     digest = _archive(_layer(rootfs), directory / ARCHIVE_NAME)
     shutil.rmtree(rootfs)
+    with tarfile.open(directory / DISK_NAME, "w", format=tarfile.PAX_FORMAT) as disk:
+        disk.add(str(directory / ARCHIVE_NAME), arcname=ARCHIVE_NAME, filter=_reset_owner)
     return digest
 
 
@@ -242,10 +255,12 @@ def stub_image() -> StubImage:
                     start = time.monotonic()
                     try:
                         image_digest = _build(tmp)
+                        archive = (tmp / ARCHIVE_NAME).read_bytes()
                         data = {
                             "hash": digest,
                             "image": IMAGE,
                             "digest": image_digest,
+                            "archive_sha256": hashlib.sha256(archive).hexdigest(),
                             "build_seconds": time.monotonic() - start,
                         }
                         (tmp / "manifest.json").write_text(json.dumps(data, indent=2))
@@ -258,7 +273,9 @@ def stub_image() -> StubImage:
     data = json.loads(manifest.read_text())
     return StubImage(
         archive=final / ARCHIVE_NAME,
+        disk=final / DISK_NAME,
         image=str(data["image"]),
         digest=str(data["digest"]),
+        archive_sha256=str(data["archive_sha256"]),
         build_seconds=float(data["build_seconds"]),
     )

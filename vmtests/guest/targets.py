@@ -23,7 +23,15 @@ _SSH_RE = re.compile(
     r"^ssh://(?:(?P<user>[^@/]+)@)?(?P<host>\[[^\]]+\]|[^:/]+)(?::(?P<port>\d+))?/?$"
 )
 
-QEMU_OPTIONS = ("memory_mb", "cpus", "accel", "forward_ports", "boot_timeout", "name")
+QEMU_OPTIONS = (
+    "memory_mb",
+    "cpus",
+    "accel",
+    "forward_ports",
+    "boot_timeout",
+    "name",
+    "data_disks",
+)
 SSH_OPTIONS = (
     "identity_file",
     "known_hosts",
@@ -68,9 +76,12 @@ def machine_from_target(target: str, state_dir: Path, **options: Any) -> Machine
     state_dir = Path(state_dir)
     if target == "qemu:reference":
         from vmtests.guest.image import reference_image  # noqa: PLC0415
+        from vmtests.guest.stub_image import DISK_SERIAL, stub_image  # noqa: PLC0415
 
         chosen = _pick(options, QEMU_OPTIONS, target)
         image = reference_image()
+        # The stub serving image rides along on a read-only disk: the guest's "store".
+        chosen.setdefault("data_disks", {DISK_SERIAL: stub_image().disk})
         chosen.setdefault("memory_mb", GUEST_MEMORY_MB)
         chosen.setdefault("cpus", GUEST_CPUS)
         return QemuMachine(

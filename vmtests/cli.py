@@ -22,9 +22,11 @@ from pathlib import Path
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
+from vmtests.guest.image import write_guest_description
 from vmtests.guest.targets import TargetError, machine_from_target
 from vmtests.profiles import Profile, ProfileError, available_profiles, load_profile
 from vmtests.report import write_controls_report, write_scenario_report
+from vmtests.scenario.container_stop import run_container_controls
 from vmtests.scenario.controls import ControlOutcome, check_correct_configuration, run_controls
 from vmtests.scenario.redact import redact_text
 from vmtests.scenario.reference_switch import CommandSwitch, ReferenceSwitch, Switcher
@@ -178,6 +180,8 @@ def command_selftest(args: argparse.Namespace) -> int:
     profiles = [_load(name.strip()) for name in args.profiles.split(",") if name.strip()]
     if not profiles:
         raise UsageError("--profiles names no profile")
+    guest = write_guest_description(args.report_dir / "guest.json")
+    print("Reference guest built from instrumentation contract fields: " + ", ".join(guest))
     ok = True
     outcomes: list[ControlOutcome] = []
     false_alarms: list[CheckResult] = []
@@ -196,6 +200,9 @@ def command_selftest(args: argparse.Namespace) -> int:
                 try:
                     false_alarms = check_correct_configuration(machine, switch)
                     outcomes = run_controls(machine, switch)
+                    graceful_alarms, killed = run_container_controls(machine, switch)
+                    false_alarms += graceful_alarms
+                    outcomes.append(killed)
                 finally:
                     write_controls_report(outcomes, false_alarms, args.report_dir / "controls")
     if outcomes:

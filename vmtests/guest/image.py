@@ -65,21 +65,6 @@ DOCKER_DAEMON_JSON = '{"log-driver": "journald"}\n'
 """NixOS's ``virtualisation.docker`` daemon settings that differ from Debian's: the log driver
 (nixpkgs ``nixos/modules/virtualisation/docker.nix``, ``logDriver`` defaults to journald;
 ``live-restore`` follows upstream's default since 24.11)."""
-CONTRACT_FIELDS = (
-    "serialDevice",
-    "backdoorPortName",
-    "backdoorReadyPrefix",
-    "backdoorScript",
-    "journalStorage",
-    "sshUser",
-    "maskedGettys",
-    "consoleLogLevel",
-    "kernelParams",
-    "resources.memoryMB",
-    "resources.cpus",
-    "tools",
-)
-"""The instrumentation contract's fields this guest is built and booted from (for reports)."""
 BUILD_TIMEOUT = 1800.0
 KEEP_IMAGES = 3
 BOOT_TIME_MASKS = (
@@ -383,3 +368,35 @@ def start_reference_guest(
         machine.close()
         raise
     return machine
+
+
+def guest_description() -> dict[str, object]:
+    """The contract fields the reference guest is built and booted from, with their values."""
+    return {
+        "serialDevice": contract.SERIAL_DEVICE,
+        "backdoorPortName": contract.BACKDOOR_PORT_NAME,
+        "backdoorReadyPrefix": contract.BACKDOOR_READY_PREFIX,
+        "backdoorScript": f"rendered with shell {toolpath.SHELL}",
+        "journalStorage": contract.JOURNAL_STORAGE,
+        "sshUser": contract.SSH_USER,
+        "maskedGettys": list(contract.MASKED_GETTYS),
+        "consoleLogLevel": contract.CONSOLE_LOG_LEVEL,
+        "kernelParams": list(contract.KERNEL_PARAMS),
+        "resources.memoryMB": contract.GUEST_MEMORY_MB,
+        "resources.cpus": contract.GUEST_CPUS,
+        "tools": {
+            "backdoor PATH": toolpath.TOOLS_DIR,
+            "programs": sorted(contract.GUEST_TOOLS),
+            "absent on purpose": dict(toolpath.NOT_ON_REFERENCE_GUEST),
+        },
+    }
+
+
+def write_guest_description(path: Path) -> dict[str, object]:
+    """Write ``guest_description()`` as JSON to ``path`` (atomically); return it."""
+    description = guest_description()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps({"contract_fields": description}, indent=2) + "\n")
+    os.replace(tmp, path)
+    return description

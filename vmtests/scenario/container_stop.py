@@ -13,12 +13,15 @@ followed by the server's own exit (0); ``rm -f`` is SIGKILL and exit code 137. W
 
 from __future__ import annotations
 
+import re
 import shlex
+import time
 from dataclasses import dataclass, replace
 
 from vmtests.contracts.serving import SERVING_UNIT
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
+from vmtests.scenario.controls import ControlOutcome
 from vmtests.scenario.reference_switch import ReferenceSwitch, install_units, wait_ready
 from vmtests.scenario.results import CheckResult, failed, passed
 from vmtests.scenario.serving_unit import BACKEND, CONTAINER_NAME
@@ -142,3 +145,33 @@ def leftover_then_start(
         for result in results:
             log.info(str(result))
     return results
+
+
+KILLED = re.compile(r"was killed: exit code 137")
+
+
+def run_container_controls(
+    machine: Machine, switch: ReferenceSwitch
+) -> tuple[list[CheckResult], ControlOutcome]:
+    """The graceful path (its failures are false alarms) and the ``rm -f`` control.
+
+    Returns the failing results of the module's own pre-start and stop (expected: none) and
+    the outcome of the control that installs oci-containers.nix's ``docker rm -f`` pre-start
+    (expected: detected, the leftover was killed with exit code 137).
+    """
+    graceful = leftover_then_start(machine, switch)
+    start = time.monotonic()
+    killed = leftover_then_start(machine, switch, graceful_pre_start=False)
+    failures = [result for result in killed if result.failed]
+    matches = [result for result in failures if KILLED.search(result.message)]
+    outcome = ControlOutcome(
+        "leftover container, rm -f pre-start",
+        "a container left running under the unit's name; the unit's pre-start is "
+        "oci-containers.nix's own `docker rm -f`",
+        CHECK,
+        bool(matches),
+        matches[0].message if matches else "NOT DETECTED",
+        failures,
+        time.monotonic() - start,
+    )
+    return [result for result in graceful if result.failed], outcome

@@ -22,14 +22,17 @@ from pathlib import Path
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
+from vmtests.guest.image import write_guest_description
 from vmtests.guest.targets import TargetError, machine_from_target
 from vmtests.profiles import Profile, ProfileError, available_profiles, load_profile
 from vmtests.report import write_controls_report, write_scenario_report
+from vmtests.scenario.container_stop import run_container_controls
 from vmtests.scenario.controls import ControlOutcome, check_correct_configuration, run_controls
 from vmtests.scenario.redact import redact_text
-from vmtests.scenario.reference_switch import SCENARIO_MEMORY_MB, ReferenceSwitch
+from vmtests.scenario.reference_switch import ReferenceSwitch
 from vmtests.scenario.results import CheckResult
 from vmtests.scenario.scenario import Scenario, ScenarioResult
+from vmtests.scenario.serving_unit import CONTAINER_NAME
 from vmtests.scenario.switching import CommandSwitch, Switcher
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -103,8 +106,7 @@ def _switcher(args: argparse.Namespace, profile: Profile) -> Switcher:
 @contextmanager
 def _machine(target: str, state_dir: Path) -> Iterator[Machine]:
     """The machine for ``target``, closed (never powered off for ssh) at the end."""
-    options = {"memory_mb": SCENARIO_MEMORY_MB} if target == REFERENCE_TARGET else {}
-    machine = machine_from_target(target, state_dir, **options)
+    machine = machine_from_target(target, state_dir)
     try:
         yield machine
     finally:
@@ -135,6 +137,8 @@ def run_scenario_on(
 ) -> ScenarioResult:
     """Run the scenario and write the reports, whatever happens."""
     base = _load(BASE_PROFILE) if isinstance(switcher, ReferenceSwitch) else None
+    if isinstance(switcher, ReferenceSwitch):
+        container = container or CONTAINER_NAME  # the reference guest runs the container
     scenario = Scenario(
         machine, profile, switcher, target=target, base_profile=base, container=container
     )
@@ -176,6 +180,8 @@ def command_selftest(args: argparse.Namespace) -> int:
     profiles = [_load(name.strip()) for name in args.profiles.split(",") if name.strip()]
     if not profiles:
         raise UsageError("--profiles names no profile")
+    guest = write_guest_description(args.report_dir / "guest.json")
+    print("Reference guest built from instrumentation contract fields: " + ", ".join(guest))
     ok = True
     outcomes: list[ControlOutcome] = []
     false_alarms: list[CheckResult] = []
@@ -194,6 +200,9 @@ def command_selftest(args: argparse.Namespace) -> int:
                 try:
                     false_alarms = check_correct_configuration(machine, switch)
                     outcomes = run_controls(machine, switch)
+                    graceful_alarms, killed = run_container_controls(machine, switch)
+                    false_alarms += graceful_alarms
+                    outcomes.append(killed)
                 finally:
                     write_controls_report(outcomes, false_alarms, args.report_dir / "controls")
     if outcomes:

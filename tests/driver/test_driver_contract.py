@@ -11,6 +11,7 @@ import pytest
 
 from vmtests.contracts import instrumentation as contract
 from vmtests.driver.qemu import QemuMachine
+from vmtests.guest import toolpath
 from vmtests.guest.image import _rendered_files
 from vmtests.nixcore import find_nixpkgs_lib
 
@@ -118,13 +119,15 @@ def test_nixos_backdoor_path_is_the_tool_manifest(nixos_side: dict[str, object])
 
 def test_reference_guest_files_follow_the_contract() -> None:
     files = _rendered_files("ssh-ed25519 AAAAtest vmtests")
-    assert files["usr/local/libexec/vmtests-backdoor"] == contract.backdoor_script("/bin/sh")
+    assert files["usr/local/libexec/vmtests-backdoor"] == contract.backdoor_script(toolpath.SHELL)
     assert (
         f"Storage={contract.JOURNAL_STORAGE}" in files["etc/systemd/journald.conf.d/vmtests.conf"]
     )
     assert files["root/.ssh/authorized_keys"] == "ssh-ed25519 AAAAtest vmtests\n"
     unit = files[f"etc/systemd/system/{contract.BACKDOOR_UNIT}"]
     assert "ExecStart=/usr/local/libexec/vmtests-backdoor" in unit
+    # The backdoor's PATH is the tool manifest's directory and nothing else, as on NixOS.
+    assert f"Environment=PATH={toolpath.TOOLS_DIR}\n" in unit
     assert "WantedBy=multi-user.target" in unit
 
 

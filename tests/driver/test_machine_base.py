@@ -86,8 +86,8 @@ def test_observers_see_each_outermost_call_once(tmp_path: Path) -> None:
     stop()
     machine.succeed("true")
     names = [name for name, _ in seen]
-    # write_file runs a command inside: reported as write_file only, not also as execute.
-    assert names == ["execute", "write_file", "start"]
+    # write_file runs a command inside: reported as write_files only, not also as execute.
+    assert names == ["execute", "write_files", "start"]
     assert seen[0][1] is not None
     assert seen[0][1].rc == 0
 

@@ -8,17 +8,14 @@ from pathlib import Path
 
 from vmtests.driver.qemu import QemuMachine
 from vmtests.guest.targets import machine_from_target
-from vmtests.scenario.reference_switch import SCENARIO_MEMORY_MB
 
 REFERENCE_TARGET = "qemu:reference"
 
 
 @contextmanager
 def reference_machine(state_dir: Path, name: str = "reference") -> Iterator[QemuMachine]:
-    """A not-yet-started reference guest with enough memory for 2 x 1G hugepages."""
-    machine = machine_from_target(
-        REFERENCE_TARGET, state_dir, memory_mb=SCENARIO_MEMORY_MB, name=name
-    )
+    """A not-yet-started reference guest with the contract's memory and vCPUs."""
+    machine = machine_from_target(REFERENCE_TARGET, state_dir, name=name)
     assert isinstance(machine, QemuMachine)
     try:
         yield machine

@@ -18,7 +18,7 @@ import abc
 import base64
 import shlex
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -232,22 +232,26 @@ class Machine(abc.ABC):
             transfer.copy_from(self, source, destination, timeout)
 
     def write_file(self, path: str, text: str, timeout: float = DEFAULT_COMMAND_TIMEOUT) -> None:
-        """Write ``text`` to ``path`` atomically (a temporary file renamed into place).
+        """Write ``text`` to ``path`` atomically (see ``write_files``)."""
+        self.write_files({path: text}, timeout=timeout)
 
-        The parent directory is created. The text travels base64-encoded in the command, so it
-        may hold any characters; keep it under about 90 KiB (one command argument).
+    def write_files(
+        self, files: Mapping[str, str], timeout: float = DEFAULT_COMMAND_TIMEOUT
+    ) -> None:
+        """Write each ``path: text`` atomically (a temporary file renamed into place), in one
+        command: under TCG every round trip costs a second or more.
+
+        Parent directories are created. The texts travel base64-encoded in the command, so they
+        may hold any characters; keep them under about 90 KiB together (one argument).
         """
-        encoded = base64.b64encode(text.encode()).decode()
-        with self._observed("write_file", []):
-            self.succeed(
-                'mkdir -p "$(dirname %s)" && printf %%s %s | base64 -d > %s && mv %s %s',
-                path,
-                encoded,
-                f"{path}.tmp",
-                f"{path}.tmp",
-                path,
-                timeout=timeout,
-            )
+        steps, args = [], []
+        for path, text in files.items():
+            steps.append('mkdir -p "$(dirname %s)" && printf %%s %s | base64 -d > %s && mv %s %s')
+            tmp = f"{path}.tmp"
+            args += [path, base64.b64encode(text.encode()).decode(), tmp, tmp, path]
+        if steps:
+            with self._observed("write_files", []):
+                self.succeed(" && ".join(steps), *args, timeout=timeout)
 
     def wait_until_succeeds(
         self, command: str, *args: object, timeout: float = DEFAULT_WAIT_TIMEOUT

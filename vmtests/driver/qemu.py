@@ -15,15 +15,19 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from vmtests.contracts.instrumentation import BACKDOOR_READY_RE, GUEST_CPUS
+from vmtests.contracts.instrumentation import (
+    BACKDOOR_READY_RE,
+    GUEST_CPUS,
+    GUEST_MEMORY_MB,
+)
 from vmtests.driver import accel as accel_choice
 from vmtests.driver import procs, qemu_launch
 from vmtests.driver.console import SerialConsole
-from vmtests.driver.errors import DriverError, MachineGone, WaitTimeout
+from vmtests.driver.errors import CommandFailed, DriverError, MachineGone, WaitTimeout
 from vmtests.driver.log import log
 from vmtests.driver.machine import (
     DEFAULT_REBOOT_TIMEOUT,
@@ -58,7 +62,11 @@ RESTART_LINE = "reboot: Restarting system"
 
 
 class QemuMachine(Machine):
-    """A QEMU guest: the reference guest (direct boot) or a NixOS VM (its run script)."""
+    """A QEMU guest: the reference guest (direct boot) or a NixOS VM (its run script).
+
+    A directly booted guest can get ``data_disks`` (serial -> file), attached read-only as
+    virtio disks (``/dev/disk/by-id/virtio-<serial>`` in the guest).
+    """
 
     def __init__(
         self,
@@ -78,6 +86,7 @@ class QemuMachine(Machine):
         boot_timeout: float = DEFAULT_BOOT_TIMEOUT,
         kvm_probe_timeout: float | None = None,
         reboot_mode: str | None = None,
+        data_disks: Mapping[str, Path] | None = None,
     ) -> None:
         if (kernel is None) == (run_script is None):
             raise ValueError("give either kernel/initrd/base_disk (direct boot) or run_script")
@@ -88,6 +97,7 @@ class QemuMachine(Machine):
         self.kernel, self.initrd, self.append = kernel, initrd, append
         self.base_disk, self.run_script = base_disk, run_script
         self.memory_mb, self.cpus = memory_mb, cpus
+        self.data_disks = dict(data_disks or {})
         self.requested_accel = (accel or os.environ.get("VMTESTS_ACCEL") or "auto").lower()
         if self.requested_accel not in qemu_launch.ACCELS:
             raise ValueError(f"accel must be one of {qemu_launch.ACCELS}: {accel!r}")
@@ -293,7 +303,7 @@ class QemuMachine(Machine):
             initrd=self.initrd,
             append=self.append,
             overlay=self.overlay,
-            memory_mb=self.memory_mb or 1024,
+            memory_mb=self.memory_mb or GUEST_MEMORY_MB,
             # The contract's vCPUs, the same number a NixOS VM gets from virtualisation.cores.
             cpus=self.cpus or GUEST_CPUS,
             accel=accel,
@@ -301,6 +311,7 @@ class QemuMachine(Machine):
             sockets=sockets,
             marker=self.marker,
             no_reboot=self.reboot_mode == "restart",
+            data_disks=self.data_disks,
         )
 
     def _wait_for_backdoor(self, deadline: float, not_boot_id: str | None) -> None:
@@ -431,9 +442,15 @@ class QemuMachine(Machine):
         return result
 
     def _issue_reboot(self) -> None:
-        """Ask systemd to reboot; the command returns before the shell is killed."""
+        """Ask systemd to reboot; the command returns before the shell is killed.
+
+        A refused request (e.g. rc 127: ``setsid`` missing from the guest's PATH) raises
+        ``CommandFailed`` at once instead of waiting out the reboot timeout.
+        """
         self._pre_reboot_boot_id = self._boot_id
-        self._require_channel().run(REBOOT_COMMAND, 30)
+        result = self._require_channel().run(REBOOT_COMMAND, 30)
+        if result.rc != 0:
+            raise CommandFailed(result, expectation="0 (the reboot request was not accepted)")
         self._ready = False
 
     def _wait_until_answering(self, deadline: float) -> None:

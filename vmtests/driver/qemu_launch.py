@@ -112,8 +112,23 @@ def direct_spec(
     sockets: Sockets,
     marker: str,
     no_reboot: bool = False,
+    data_disks: Mapping[str, Path] | None = None,
 ) -> LaunchSpec:
-    """Command line of a directly booted guest (the reference guest)."""
+    """Command line of a directly booted guest (the reference guest).
+
+    ``data_disks`` maps a serial (at most 20 characters) to a file attached read-only as a
+    virtio disk; the guest sees it as ``/dev/disk/by-id/virtio-<serial>``.
+    """
+    disks: list[str] = []
+    for index, (serial, path) in enumerate(sorted((data_disks or {}).items())):
+        if len(serial) > 20:
+            raise ValueError(f"virtio-blk serial {serial!r} is longer than 20 characters")
+        disks += [
+            "-drive",
+            f"if=none,id=data{index},file={path},format=raw,readonly=on",
+            "-device",
+            f"virtio-blk-pci,drive=data{index},serial={serial}",
+        ]
     argv = [
         QEMU_BINARY,
         "-name",
@@ -135,6 +150,7 @@ def direct_spec(
         append,
         "-drive",
         f"file={overlay},if=virtio,format=qcow2,cache=writeback,werror=report",
+        *disks,
         "-netdev",
         f"user,id=net0,{hostfwd(forwards)}",
         "-device",

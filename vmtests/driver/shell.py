@@ -137,6 +137,7 @@ class ShellChannel:
         return result
 
 
-REBOOT_COMMAND = "setsid -f sh -c 'sleep 1; systemctl reboot' > /dev/null 2>&1 < /dev/null"
+REBOOT_COMMAND = "setsid -f sh -c 'exec > /dev/null 2>&1 < /dev/null; sleep 1; systemctl reboot'"
 """Reboot request that returns at once: systemd kills the shell while it stops units, so a
-plain ``systemctl reboot`` could take the command's result frame down with it."""
+plain ``systemctl reboot`` could take the command's result frame down with it. The detached
+shell drops its own output; a ``setsid`` that cannot be found still says so on stderr (rc 127)."""

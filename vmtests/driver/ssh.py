@@ -239,7 +239,7 @@ class SshMachine(Machine):
     def _shutdown(self, timeout: float) -> None:
         """Power the host off and wait until the session drops."""
         with log.nested(f"powering off {self.name}"):
-            self.execute(
+            self.succeed(
                 REBOOT_COMMAND.replace("systemctl reboot", "systemctl poweroff"), timeout=30
             )
             self._wait_session_end(time.monotonic() + timeout)
@@ -258,7 +258,7 @@ class SshMachine(Machine):
     def _issue_reboot(self) -> None:
         """Ask systemd to reboot (returns at once), remembering the boot that must end."""
         self._pre_reboot_boot_id = self.boot_id()
-        self.execute(REBOOT_COMMAND, timeout=30)
+        self.succeed(REBOOT_COMMAND, timeout=30)  # a refused request fails now, not at the timeout
 
     def _wait_until_answering(self, deadline: float) -> None:
         """Wait for the old session to drop, then reconnect to a new boot by ``deadline``."""

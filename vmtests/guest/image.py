@@ -30,6 +30,7 @@ from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.qemu import QemuMachine
 from vmtests.driver.tools import require_tools
+from vmtests.guest import toolpath
 
 SUITE = "bookworm"
 PACKAGES = (
@@ -44,15 +45,27 @@ PACKAGES = (
     "ca-certificates",
     "curl",
     "sudo",  # the ssh backend's sudo mode is tested against the reference guest
+    # The serving unit runs the stub as a container, as oci-containers does on NixOS.
+    "docker.io",
 )
-DISK_SIZE = "3G"
+DISK_SIZE = "4G"
 HOSTNAME = "reference"
-# `-cpu max` shows SVM/VMX to the guest, and udev then loads kvm, which takes ~6 s of every
-# boot under TCG (measured from the console timestamps); the guest never runs VMs itself.
-KERNEL_APPEND = (
-    f"root=/dev/vda rw console={contract.SERIAL_DEVICE} net.ifnames=0 "
-    "modprobe.blacklist=kvm,kvm_amd,kvm_intel"
+# The contract's kernel parameters (console, console level) come first, as on NixOS; the rest
+# is this guest's own: `-cpu max` shows SVM/VMX to the guest, and udev then loads kvm, which
+# takes ~6 s of every boot under TCG (measured from the console timestamps). Debian's kernel
+# enables AppArmor, NixOS's leaves it off (`security.apparmor.enable` defaults to false, nixpkgs
+# nixos/modules/security/apparmor.nix); with it on, dockerd refuses to run a container without
+# apparmor_parser.
+KERNEL_APPEND = " ".join(
+    (
+        *contract.KERNEL_PARAMS,
+        "root=/dev/vda rw net.ifnames=0 modprobe.blacklist=kvm,kvm_amd,kvm_intel apparmor=0",
+    )
 )
+DOCKER_DAEMON_JSON = '{"log-driver": "journald"}\n'
+"""NixOS's ``virtualisation.docker`` daemon settings that differ from Debian's: the log driver
+(nixpkgs ``nixos/modules/virtualisation/docker.nix``, ``logDriver`` defaults to journald;
+``live-restore`` follows upstream's default since 24.11)."""
 BUILD_TIMEOUT = 1800.0
 KEEP_IMAGES = 3
 BOOT_TIME_MASKS = (
@@ -125,6 +138,8 @@ Requires=dev-{contract.SERIAL_DEVICE}.device
 After=dev-{contract.SERIAL_DEVICE}.device systemd-udevd.service
 
 [Service]
+# Exactly the contract's tool manifest, as the NixOS backdoor's `path` (vmtests.guest.toolpath).
+Environment=PATH={toolpath.TOOLS_DIR}
 ExecStart=/usr/local/libexec/vmtests-backdoor
 KillSignal=SIGHUP
 
@@ -132,7 +147,7 @@ KillSignal=SIGHUP
 WantedBy=multi-user.target
 """
     return {
-        "usr/local/libexec/vmtests-backdoor": contract.backdoor_script("/bin/sh"),
+        "usr/local/libexec/vmtests-backdoor": contract.backdoor_script(toolpath.SHELL),
         f"etc/systemd/system/{contract.BACKDOOR_UNIT}": backdoor_unit,
         "etc/systemd/journald.conf.d/vmtests.conf": (
             f"[Journal]\nStorage={contract.JOURNAL_STORAGE}\n"
@@ -147,6 +162,7 @@ WantedBy=multi-user.target
         "etc/hostname": HOSTNAME + "\n",
         "etc/hosts": f"127.0.0.1 localhost\n127.0.1.1 {HOSTNAME}\n",
         "etc/fstab": "/dev/vda / ext4 rw,errors=remount-ro 0 1\n",
+        "etc/docker/daemon.json": DOCKER_DAEMON_JSON,
     }
 
 
@@ -167,6 +183,7 @@ def input_hash(public_key: str) -> str:
     # (but editing unrelated helpers in this module, e.g. start_reference_guest, does not).
     for function in (_rendered_files, _customize, _build):
         digest.update(inspect.getsource(function).encode())
+    digest.update(Path(toolpath.__file__).read_bytes())
     digest.update(Path(contract.__file__).read_bytes())
     digest.update(contract.CONTRACT_FILE.read_bytes())
     return digest.hexdigest()[:20]
@@ -193,6 +210,10 @@ def _customize(rootfs: Path, public_key: str) -> None:
     (rootfs / "root/.ssh").chmod(0o700)
     (rootfs / "root/.ssh/authorized_keys").chmod(0o600)
     (rootfs / "var/log/journal").mkdir(parents=True, exist_ok=True)
+    try:
+        toolpath.populate(rootfs)
+    except ValueError as error:
+        raise DriverError(f"building the tool directories: {error}") from error
     for unit in (*contract.MASKED_GETTYS, *BOOT_TIME_MASKS):
         (rootfs / "etc/systemd/system" / unit).symlink_to("/dev/null")
     _run(
@@ -295,7 +316,8 @@ def reference_image() -> ReferenceImage:
 def start_reference_guest(
     state_dir: Path,
     *,
-    memory_mb: int = 1024,
+    memory_mb: int = contract.GUEST_MEMORY_MB,
+    cpus: int = contract.GUEST_CPUS,
     forward_ports: Sequence[int] = (),
     name: str = "reference",
     accel: str | None = None,
@@ -305,9 +327,10 @@ def start_reference_guest(
 ) -> QemuMachine:
     """Boot a fresh reference guest with its own overlay in ``state_dir``; return it started.
 
-    ``forward_ports`` are guest TCP ports to forward from free host ports (ssh is always
-    forwarded); look them up with ``machine.forwarded_port(port)``. Other keyword ``options``
-    (``cpus``, ``boot_timeout``, ``kvm_probe_timeout``) go to ``QemuMachine``. The caller must
+    Memory and vCPUs default to the contract's (``GUEST_MEMORY_MB``, ``GUEST_CPUS``), the same
+    as the NixOS test VM's. ``forward_ports`` are guest TCP ports to forward from free host ports
+    (ssh is always forwarded); look them up with ``machine.forwarded_port(port)``. Other keyword
+    ``options`` (``boot_timeout``, ``kvm_probe_timeout``) go to ``QemuMachine``. The caller must
     ``shutdown()``/``close()`` it (or use it as a context manager).
     """
 
@@ -320,6 +343,7 @@ def start_reference_guest(
         append=(image.append + " " + append_extra).strip(),
         base_disk=image.disk,
         memory_mb=memory_mb,
+        cpus=cpus,
         forward_ports=tuple(forward_ports),
         ssh_key=image.ssh_key,
         accel=accel,
@@ -331,3 +355,35 @@ def start_reference_guest(
         machine.close()
         raise
     return machine
+
+
+def guest_description() -> dict[str, object]:
+    """The contract fields the reference guest is built and booted from, with their values."""
+    return {
+        "serialDevice": contract.SERIAL_DEVICE,
+        "backdoorPortName": contract.BACKDOOR_PORT_NAME,
+        "backdoorReadyPrefix": contract.BACKDOOR_READY_PREFIX,
+        "backdoorScript": f"rendered with shell {toolpath.SHELL}",
+        "journalStorage": contract.JOURNAL_STORAGE,
+        "sshUser": contract.SSH_USER,
+        "maskedGettys": list(contract.MASKED_GETTYS),
+        "consoleLogLevel": contract.CONSOLE_LOG_LEVEL,
+        "kernelParams": list(contract.KERNEL_PARAMS),
+        "resources.memoryMB": contract.GUEST_MEMORY_MB,
+        "resources.cpus": contract.GUEST_CPUS,
+        "tools": {
+            "backdoor PATH": toolpath.TOOLS_DIR,
+            "programs": sorted(contract.GUEST_TOOLS),
+            "absent on purpose": dict(toolpath.NOT_ON_REFERENCE_GUEST),
+        },
+    }
+
+
+def write_guest_description(path: Path) -> dict[str, object]:
+    """Write ``guest_description()`` as JSON to ``path`` (atomically); return it."""
+    description = guest_description()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps({"contract_fields": description}, indent=2) + "\n")
+    os.replace(tmp, path)
+    return description

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from vmtests.contracts.instrumentation import GUEST_CPUS, GUEST_MEMORY_MB
 from vmtests.contracts.serving import SERVING_PORT
 from vmtests.driver.machine import Machine
 from vmtests.driver.qemu import QemuMachine
@@ -22,7 +23,15 @@ _SSH_RE = re.compile(
     r"^ssh://(?:(?P<user>[^@/]+)@)?(?P<host>\[[^\]]+\]|[^:/]+)(?::(?P<port>\d+))?/?$"
 )
 
-QEMU_OPTIONS = ("memory_mb", "cpus", "accel", "forward_ports", "boot_timeout", "name")
+QEMU_OPTIONS = (
+    "memory_mb",
+    "cpus",
+    "accel",
+    "forward_ports",
+    "boot_timeout",
+    "name",
+    "data_disks",
+)
 SSH_OPTIONS = (
     "identity_file",
     "known_hosts",
@@ -57,17 +66,24 @@ def _pick(options: dict[str, Any], allowed: tuple[str, ...], target: str) -> dic
 def machine_from_target(target: str, state_dir: Path, **options: Any) -> Machine:
     """Build the (not yet started) machine that ``target`` names.
 
-    QEMU targets accept ``memory_mb``, ``cpus``, ``accel``, ``forward_ports`` (default: the
-    serving port 8000), ``boot_timeout`` and ``name``; ssh targets accept ``identity_file``,
-    ``known_hosts``, ``strict_host_key_checking`` (default True), ``sudo``, ``sudo_password``
+    QEMU targets accept ``memory_mb``, ``cpus`` (the reference guest defaults to the
+    contract's ``GUEST_MEMORY_MB``/``GUEST_CPUS``; a NixOS VM to its own configuration),
+    ``accel``, ``forward_ports`` (default: the serving port 8000), ``boot_timeout`` and
+    ``name``; ssh targets accept ``identity_file``, ``known_hosts``,
+    ``strict_host_key_checking`` (default True), ``sudo``, ``sudo_password``
     and ``connect_timeout``.
     """
     state_dir = Path(state_dir)
     if target == "qemu:reference":
         from vmtests.guest.image import reference_image  # noqa: PLC0415
+        from vmtests.guest.stub_image import DISK_SERIAL, stub_image  # noqa: PLC0415
 
         chosen = _pick(options, QEMU_OPTIONS, target)
         image = reference_image()
+        # The stub serving image rides along on a read-only disk: the guest's "store".
+        chosen.setdefault("data_disks", {DISK_SERIAL: stub_image().disk})
+        chosen.setdefault("memory_mb", GUEST_MEMORY_MB)
+        chosen.setdefault("cpus", GUEST_CPUS)
         return QemuMachine(
             name=chosen.pop("name", "reference"),
             state_dir=state_dir,

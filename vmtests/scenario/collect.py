@@ -61,6 +61,11 @@ sec cmdline; cat /proc/cmdline
 sec unit; systemctl show -p "$UNITPROPS" "$unit"
 sec unit_env; systemctl show -p Environment --value "$unit" | base64 -w0
 sec unit_files; files "$unit"
+sec start_script  # a NixOS `script` unit: ExecStart runs a shell script; show it
+sp=$(systemctl show -p ExecStart --value "$unit" | sed -n 's/^{ path=\([^ ;]*\) .*/\1/p' | head -n1)
+if [ -f "$sp" ] && [ "$(head -c 2 "$sp")" = '#!' ]; then
+  printf '@@vmtests-file %s %s\n' "$sp" "$(base64 -w0 < "$sp")"
+fi
 sec manager_env; systemctl show-environment
 sec unit_sources  # files the unit reads: EnvironmentFile=, Exec* scripts, what they source
 srcfile() {
@@ -126,7 +131,10 @@ for p in /run/current-system /run/booted-system /nix/var/nix/profiles/system; do
 done
 sec container
 if [ -n "$container" ]; then
-  docker inspect "$container" 2>&1 || podman inspect "$container" 2>&1
+  if command -v docker >/dev/null; then docker inspect "$container" 2>&1
+  elif command -v podman >/dev/null; then podman inspect "$container" 2>&1
+  else echo "neither docker nor podman is on the PATH: cannot inspect container $container"
+  fi
 fi
 sec end
 """
@@ -237,9 +245,16 @@ def parse_snapshot(
     snapshot.generations = dict(
         line.split(" ", 1) for line in sections.get("generations", "").splitlines() if " " in line
     )
+    snapshot.start_script = _files(sections.get("start_script", ""))
     container_text = sections.get("container", "").strip()
     if container_text:
-        snapshot.container, snapshot.process = _container(container_text, snapshot.errors)
+        container, process = _container(container_text, snapshot.errors)
+        if container is not None:
+            snapshot.container, snapshot.launcher, snapshot.process = (
+                container,
+                snapshot.process,
+                process,
+            )
     return snapshot
 
 

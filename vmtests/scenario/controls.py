@@ -27,13 +27,14 @@ from vmtests.scenario.reference_switch import (
     UNIT_DIR,
     ReferenceSwitch,
     ServingConfig,
-    hugepages_path,
     install_units,
-    render_serving_unit,
+    render_units,
     systemd_quote,
+    write_rendered,
 )
 from vmtests.scenario.results import CheckResult
 from vmtests.scenario.scenario import evaluate_stage
+from vmtests.scenario.serving_unit import BACKEND, CONTAINER_NAME, RenderedUnits, hugepages_path
 from vmtests.scenario.switching import wait_ready
 from vmtests.stub import knobs, release
 
@@ -110,16 +111,23 @@ def _durable_drop_in(machine: Machine, name: str, settings: list[str]) -> None:
     machine.write_file(f"{DURABLE_DROP_IN_DIR}/{name}", "\n".join(["[Service]", *settings, ""]))
 
 
-def _exec_lines(config: ServingConfig) -> list[str]:
-    """The ExecStart/ExecStartPre/Environment lines of ``config``'s serving unit."""
+def _exec_lines(machine: Machine, config: ServingConfig) -> list[str]:
+    """The ExecStart/ExecStartPre/Environment lines of ``config``'s serving unit.
+
+    Its scripts are written to the store directory (not its unit files), so that a drop-in
+    can point at them, as a hand-made drop-in would point at store paths on NixOS.
+    """
+    rendered = render_units(config)
+    write_rendered(machine, RenderedUnits(scripts=rendered.scripts))
     keep = ("ExecStart=", "ExecStartPre=", "Environment=")
-    return [line for line in render_serving_unit(config).splitlines() if line.startswith(keep)]
+    return [line for line in rendered.units[SERVING_UNIT].splitlines() if line.startswith(keep)]
 
 
 def runtime_drop_in(machine: Machine, switch: ReferenceSwitch) -> None:
     """The durable unit lacks the features; a drop-in under /run adds them (lost at reboot)."""
     install_units(machine, _feature_free(switch), wait=False)
-    lines = ["[Service]", "ExecStartPre=", "ExecStart=", *_exec_lines(switch.target), ""]
+    exec_lines = _exec_lines(machine, switch.target)
+    lines = ["[Service]", "ExecStartPre=", "ExecStart=", *exec_lines, ""]
     machine.write_file(f"{RUNTIME_DROP_IN_DIR}/50-validated.conf", "\n".join(lines))
     _restart(machine)
 
@@ -404,10 +412,16 @@ CONTROLS: tuple[Control, ...] = (
 
 
 def reset_to_target(machine: Machine, switch: ReferenceSwitch) -> None:
-    """Undo every control's mechanism and install the correct target configuration."""
+    """Undo every control's mechanism and install the correct target configuration.
+
+    A container left behind is stopped gracefully and removed once stopped, never ``rm -f``.
+    """
     names = " ".join(env_name(feature) for feature in ENV_FEATURES)
+    timeout = switch.target.stop_timeout
     machine.succeed(
         f"systemctl stop {SERVING_UNIT} 2>&1; "
+        f"if {BACKEND} container inspect {CONTAINER_NAME} >/dev/null 2>&1; then "
+        f"{BACKEND} stop -t {timeout} {CONTAINER_NAME}; {BACKEND} rm {CONTAINER_NAME}; fi; "
         f"if [ -s {HAND_PID_FILE} ]; then kill $(cat {HAND_PID_FILE}) 2>/dev/null; "
         f"rm -f {HAND_PID_FILE}; fi; "
         f"rm -rf {RUNTIME_DROP_IN_DIR} {DURABLE_DROP_IN_DIR} /run/systemd/system/{SERVING_UNIT}; "
@@ -424,7 +438,7 @@ def reset_to_target(machine: Machine, switch: ReferenceSwitch) -> None:
 
 def evaluate_machine(machine: Machine, switch: ReferenceSwitch, label: str) -> list[CheckResult]:
     """Snapshot the machine and run every single-snapshot check against the switch's profile."""
-    snapshot = take_snapshot(machine, label, port=switch.target.port)
+    snapshot = take_snapshot(machine, label, port=switch.target.port, container=CONTAINER_NAME)
     return evaluate_stage(switch.profile, snapshot)
 
 

@@ -5,14 +5,14 @@ this step does what the module's switch would do, from the very same Nix core:
 
 1. evaluate ``modules/serving/core.nix`` for the profile's serving profile with
    ``nix-instantiate`` on the HOST (``vmtests.nixcore.evaluate_core``);
-2. render ``tenstorrent-serving.service``: ``ExecStartPre`` prints the module banner,
-   ``ExecStart=/usr/bin/python3 -m vmtests.stub.server <core args>`` (the stub stands in for the
-   container), ``Environment=`` is the core's environment, ``KillSignal=SIGTERM`` and
-   ``TimeoutStopSec`` above the core's stop timeout;
-3. render ``tenstorrent-hugepages.service`` when the core reserves hugepages: a oneshot
-   ``WantedBy=sysinit.target`` with ``DefaultDependencies=no`` writing ``nr_hugepages``;
-4. write both to ``/etc/systemd/system``, ``daemon-reload``, enable, restart (like
-   switch-to-configuration restarting changed units), and wait until ``/health`` answers.
+2. render the units and scripts NixOS renders for the module: the container service of
+   ``virtualisation.oci-containers`` (``docker load -i`` of the image file, ``exec docker run``
+   with the core's args and environment, graceful stop), the hugepage oneshot and its mount
+   (``vmtests.scenario.serving_unit``, which follows the nixpkgs sources);
+3. copy the stub image archive (``vmtests.guest.stub_image``, built on the host) to the guest
+   as its ``imageFile``;
+4. write everything, ``daemon-reload``, enable, restart (like switch-to-configuration
+   restarting changed units), and wait until ``/health`` answers.
 
 The base state S0 is the same install for ``hosts/profiles/baseline.nix``: the serving unit as
 production had it before the change, without the validated features.
@@ -20,27 +20,35 @@ production had it before the change, without the validated features.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from vmtests.contracts.instrumentation import GUEST_MEMORY_MB
 from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_PORT, SERVING_UNIT
+from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
-from vmtests.guest.stub_layer import GUEST_PYTHONPATH, install_stub_device_layer
+from vmtests.guest.resources import check_hugepages_fit
+from vmtests.guest.stub_image import ARCHIVE_NAME, DISK_SERIAL, IMAGE, StubImage, stub_image
+from vmtests.guest.stub_layer import install_stub_device_layer
 from vmtests.nixcore import CoreOutput, evaluate_core
 from vmtests.profiles import Profile
+from vmtests.scenario.serving_unit import (
+    RenderedUnits,
+    ServiceAdjustments,
+    hugepage_mount,
+    mount_unit_name,
+    oci_container,
+    render_container_service,
+    store_path,
+)
 from vmtests.scenario.switching import wait_ready
 
 UNIT_DIR = "/etc/systemd/system"
 BASE_SERVING_PROFILE = "hosts/profiles/baseline.nix"
-STOP_TIMEOUT_MARGIN = 30
-# Guest memory for the scenario. A 1 GiB page needs a free, fully usable, 1 GiB-aligned region.
-# Below 4 GiB the pc machine leaves [0,1G) to the kernel and [2G,3G) ends 140 KiB short; early
-# allocations sit at the top of memory and KASLR moves the kernel. Measured: 3072, 4096 and
-# 5120 MB reserved only 1 of 2 pages (at runtime and at boot); 6144 MB reserved 2 at boot but
-# sometimes 1 at switch time. Untouched guest memory costs the host nothing under TCG.
-SCENARIO_MEMORY_MB = 8192
+RESERVE_TRIES = 3
 
 
 @dataclass(frozen=True)
@@ -52,7 +60,9 @@ class ServingConfig:
     banner: str
     hugepages: Mapping[str, object] | None
     stop_timeout: int
-    extra_unit_lines: tuple[str, ...] = field(default=())
+    image: str = IMAGE
+    image_file: str | None = None
+    graceful_pre_start: bool = True
 
     @classmethod
     def from_core(cls, core: CoreOutput) -> ServingConfig:
@@ -84,63 +94,25 @@ def systemd_quote(word: str) -> str:
     return '"' + escaped.replace("%", "%%").replace("$", "$$") + '"'
 
 
-def render_serving_unit(config: ServingConfig, python: str = "/usr/bin/python3") -> str:
+def render_units(config: ServingConfig) -> RenderedUnits:
+    """Every unit and script of ``config``, rendered as NixOS renders the module's."""
+    container = oci_container(
+        image=config.image,
+        image_file=config.image_file,
+        args=config.args,
+        environment=config.environment,
+        stop_timeout=config.stop_timeout,
+        hugepages=config.hugepages,
+    )
+    adjustments = ServiceAdjustments(
+        config.banner, config.stop_timeout, config.hugepages, config.graceful_pre_start
+    )
+    return render_container_service(container, adjustments)
+
+
+def render_serving_unit(config: ServingConfig) -> str:
     """The text of ``tenstorrent-serving.service`` for ``config``."""
-    environment = {"PYTHONPATH": GUEST_PYTHONPATH, "PYTHONUNBUFFERED": "1"} | dict(
-        config.environment
-    )
-    after = f"network.target {HUGEPAGES_UNIT}" if config.hugepages else "network.target"
-    lines = [
-        "# Rendered by vmtests.scenario.reference_switch from the Nix core's output.",
-        "[Unit]",
-        "Description=Tenstorrent LLM serving (vmtests reference guest: stub vLLM)",
-        f"After={after}",
-        *([f"Wants={HUGEPAGES_UNIT}"] if config.hugepages else []),
-        "",
-        "[Service]",
-        "Type=simple",
-        *(f"Environment={systemd_quote(f'{k}={v}')}" for k, v in environment.items()),
-        f"ExecStartPre=/bin/echo {systemd_quote(config.banner)}",
-        f"ExecStart={python} -m vmtests.stub.server "
-        + " ".join(systemd_quote(arg) for arg in config.args),
-        "KillSignal=SIGTERM",
-        f"TimeoutStopSec={config.stop_timeout + STOP_TIMEOUT_MARGIN}",
-        "Restart=on-failure",
-        *config.extra_unit_lines,
-        "",
-        "[Install]",
-        "WantedBy=multi-user.target",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def hugepages_path(size_kib: int) -> str:
-    """The sysfs file holding the pool size of ``size_kib`` KiB pages."""
-    return f"/sys/kernel/mm/hugepages/hugepages-{size_kib}kB/nr_hugepages"
-
-
-def render_hugepages_unit(hugepages: Mapping[str, object]) -> str:
-    """The text of the boot-time hugepage oneshot (``WantedBy=sysinit.target``)."""
-    count, size, kib = hugepages["count"], hugepages["size"], int(str(hugepages["sizeKiB"]))
-    return "\n".join(
-        [
-            "# Rendered by vmtests.scenario.reference_switch from the Nix core's output.",
-            "[Unit]",
-            f"Description=Reserve {count} x {size} hugepages for Tenstorrent serving",
-            "DefaultDependencies=no",
-            f"Before=sysinit.target {SERVING_UNIT}",
-            "",
-            "[Service]",
-            "Type=oneshot",
-            "RemainAfterExit=yes",
-            f"ExecStart=/bin/sh -c {systemd_quote(f'echo {count} > {hugepages_path(kib)}')}",
-            "",
-            "[Install]",
-            "WantedBy=sysinit.target",
-            "",
-        ]
-    )
+    return render_units(config).units[SERVING_UNIT]
 
 
 def _reserve_now(hugepages: Mapping[str, object]) -> str:
@@ -148,15 +120,28 @@ def _reserve_now(hugepages: Mapping[str, object]) -> str:
 
     At boot the unit runs before anything fragments memory. At switch time a 1 GiB page needs
     a free, aligned 1 GiB region, so drop the page cache and compact memory before each try
-    (measured: one page short in some runs without this). The checks still see the result.
+    (measured: one page short in some runs without this). The unit itself fails when fewer
+    pages than asked are reserved; after the last try that failure stands.
     """
-    count = int(str(hugepages["count"]))
-    path = hugepages_path(int(str(hugepages["sizeKiB"])))
     free = "sync; echo 3 > /proc/sys/vm/drop_caches; echo 1 > /proc/sys/vm/compact_memory"
+    tries = " ".join(str(n) for n in range(1, RESERVE_TRIES + 1))
+    mount = mount_unit_name(hugepage_mount(hugepages))
     return (
-        f"for try in 1 2 3; do {free}; systemctl restart {HUGEPAGES_UNIT} || exit 1; "
-        f'[ "$(cat {path})" -ge {count} ] && break; done; true'
+        f"for try in {tries}; do {free}; "
+        f"systemctl restart {HUGEPAGES_UNIT} && break; done; "
+        f"systemctl is-active {HUGEPAGES_UNIT} && systemctl start {shlex.quote(mount)}"
     )
+
+
+def write_rendered(machine: Machine, rendered: RenderedUnits) -> None:
+    """Write the rendered scripts (executable, in the store directory) and unit files.
+
+    One command for all of them: under TCG every round trip costs a second or more.
+    """
+    files = {**rendered.scripts, **{f"{UNIT_DIR}/{name}": t for name, t in rendered.units.items()}}
+    machine.write_files(files)
+    if rendered.scripts:
+        machine.succeed("chmod 0755 %s", list(rendered.script_paths))
 
 
 def install_units(
@@ -168,25 +153,57 @@ def install_units(
     wait: bool = True,
 ) -> None:
     """Write the units for ``config``; reload, enable, restart and wait unless told not to."""
-    machine.write_file(f"{UNIT_DIR}/{SERVING_UNIT}", render_serving_unit(config))
-    if config.hugepages:
-        machine.write_file(f"{UNIT_DIR}/{HUGEPAGES_UNIT}", render_hugepages_unit(config.hugepages))
-    else:
-        machine.succeed(
-            f"systemctl disable --now {HUGEPAGES_UNIT} 2>/dev/null; "
-            f"rm -f {UNIT_DIR}/{HUGEPAGES_UNIT}; true"
-        )
+    rendered = render_units(config)
+    write_rendered(machine, rendered)
+    if not config.hugepages:
+        names = [HUGEPAGES_UNIT, *(mount_unit_name(f"/dev/hugepages-{s}") for s in ("1G", "2M"))]
+        files = [f"{UNIT_DIR}/{name}" for name in names]
+        machine.succeed("systemctl disable --now %s 2>/dev/null; rm -f %s; true", names, files)
     if not reload:
         return
-    units = f"{HUGEPAGES_UNIT} {SERVING_UNIT}" if config.hugepages else SERVING_UNIT
     # One reload (enable would reload again): under TCG each costs seconds.
-    machine.succeed(f"systemctl enable --no-reload {units} 2>&1 && systemctl daemon-reload")
+    machine.succeed(
+        "systemctl enable --no-reload %s 2>&1 && systemctl daemon-reload", list(rendered.units)
+    )
     if restart:
         if config.hugepages:
-            machine.succeed(_reserve_now(config.hugepages), timeout=120)
-        machine.succeed(f"systemctl restart {SERVING_UNIT}", timeout=120)
+            machine.succeed(_reserve_now(config.hugepages), timeout=180)
+        machine.succeed(f"systemctl restart {SERVING_UNIT}", timeout=180)
         if wait:
             wait_ready(machine, config.port)
+
+
+def install_image_file(machine: Machine, image: StubImage) -> str:
+    """Put the stub image archive into the guest's store directory; return its path there.
+
+    The path is content-addressed like the ``imageFile`` store path on NixOS. A reference
+    guest from ``machine_from_target`` carries the archive on a read-only disk; any other
+    machine gets it copied over its command channel (slow under TCG). Either way the copy's
+    sha256 must be the archive's.
+    """
+    path = store_path(image.archive.name, image.digest)
+    tmp = f"{path}.tmp"
+    disk = f"/dev/disk/by-id/virtio-{DISK_SERIAL}"
+    if machine.execute("test -b %s", disk, timeout=30).rc == 0:
+        machine.succeed(
+            'mkdir -p "$(dirname %s)" && tar -x -O -f %s %s > %s && mv %s %s',
+            path,
+            disk,
+            ARCHIVE_NAME,
+            tmp,
+            tmp,
+            path,
+            timeout=300,
+        )
+    else:
+        machine.copy_to(image.archive, path, timeout=1800)
+    digest = machine.succeed("sha256sum %s", path, timeout=120).split()[0]
+    if digest != image.archive_sha256:
+        raise DriverError(
+            f"the stub image file {path} on {machine.name} has sha256 {digest}, expected "
+            f"{image.archive_sha256} ({image.archive}): the disk carries another build"
+        )
+    return path
 
 
 class ReferenceSwitch:
@@ -220,9 +237,23 @@ class ReferenceSwitch:
         return self._base
 
     def prepare_base(self, machine: Machine) -> None:
-        """Install the stub device layer and the base serving unit, and start it."""
+        """Install the stub device layer, the image file and the base serving unit; start it.
+
+        Refuses a profile whose hugepages do not fit in the guest's memory.
+        """
+        memory_mb = getattr(machine, "memory_mb", None) or GUEST_MEMORY_MB
+        for config in (self.base, self.target):
+            if config.hugepages:
+                hugepages = config.hugepages
+                check_hugepages_fit(
+                    int(str(hugepages["count"])), int(str(hugepages["sizeKiB"])), memory_mb
+                )
         with log.nested("installing the stub device layer"):
             install_stub_device_layer(machine)
+        with log.nested(f"loading the stub image file into {machine.name}"):
+            image_file = install_image_file(machine, stub_image())
+        self._base = replace(self.base, image=IMAGE, image_file=image_file)
+        self._target = replace(self.target, image=IMAGE, image_file=image_file)
         with log.nested("installing the base serving unit"):
             install_units(machine, self.base)
 

@@ -133,6 +133,11 @@ class Snapshot:
     process: ProcessState | None = None
     listener: ProcessState | None = None
     container: dict[str, Any] | None = None
+    launcher: ProcessState | None = None
+    """With a container: the unit's MainPID (the attached ``docker run``), which ``process``
+    (the container) replaces."""
+    start_script: dict[str, str] = field(default_factory=dict)
+    """The unit's ExecStart program when it is a script (NixOS's ``script``): path -> text."""
     manager_environment: dict[str, str] = field(default_factory=dict)
     env_generators: list[str] = field(default_factory=list)  # system-environment-generators
     journal: list[JournalLine] = field(default_factory=list)
@@ -202,6 +207,7 @@ class Snapshot:
             unit=unit(data["unit"]),
             process=process(data.get("process")),
             listener=process(data.get("listener")),
+            launcher=process(data.get("launcher")),
             journal=[JournalLine(**line) for line in data.get("journal", [])],
             earlier_journal=[JournalLine(**line) for line in data.get("earlier_journal", [])],
             health=Endpoint(**data["health"]),

@@ -9,6 +9,7 @@ runtime or a masked hugepage unit. Each gets its own check and message here.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable
 
 from vmtests.contracts.features import ENV_FEATURES, env_name
@@ -151,9 +152,36 @@ def exec_start_argv(unit: UnitState) -> str:
     return match["argv"] if match else ""
 
 
+def script_command(text: str) -> str:
+    """The command a start script ``exec``s (NixOS ``script``: ``exec docker run ...``)."""
+    joined = text.replace("\\\n", " ")
+    for line in joined.splitlines():
+        words = line.strip().split(maxsplit=1)
+        if len(words) == 2 and words[0] == "exec":
+            try:
+                return " ".join(shlex.split(words[1]))
+            except ValueError:
+                return words[1]
+    return ""
+
+
+def declared_command(snapshot: Snapshot) -> str:
+    """What the unit starts now: its start script's ``exec`` line, else ExecStart's argv."""
+    for text in snapshot.start_script.values():
+        command = script_command(text)
+        if command:
+            return command
+    return exec_start_argv(snapshot.unit)
+
+
 def check_restarted_after_change(snapshot: Snapshot) -> list[CheckResult]:
-    """The running process must be what the unit, as systemd has it now, would start."""
-    stage, unit, process = snapshot.label, snapshot.unit, snapshot.process
+    """The running process must be what the unit, as systemd has it now, would start.
+
+    With a container the unit's own process is the attached ``docker run`` (``launcher``):
+    its argv must be the command the unit's start script runs now.
+    """
+    stage, unit = snapshot.label, snapshot.unit
+    process = snapshot.launcher if snapshot.container is not None else snapshot.process
     results: list[CheckResult] = []
     if unit.need_daemon_reload:
         results.append(
@@ -167,7 +195,7 @@ def check_restarted_after_change(snapshot: Snapshot) -> list[CheckResult]:
             )
         )
     if process is not None and process.origin == "main-pid":
-        declared = exec_start_argv(unit)
+        declared = declared_command(snapshot)
         live = " ".join(process.argv)
         # A wrapper script (a file the unit reads) execs the server with other words.
         wrapped = declared.split(" ", 1)[0] in unit.sources

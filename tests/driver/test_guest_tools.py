@@ -1,0 +1,140 @@
+"""The tool manifest and the guest's resources: what a guest offers is the contract's, exactly.
+
+Host-only tests: the tool directories built from a fake rootfs, the unit PATH rule of nixpkgs'
+systemd-lib, the manifest covering every program the suite's own scripts run, the rc 127
+message, and the hugepage reservation against the contract's memory.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from vmtests.contracts.instrumentation import GUEST_MEMORY_MB, GUEST_TOOLS
+from vmtests.driver.errors import CommandFailed
+from vmtests.driver.machine import CommandResult
+from vmtests.driver.shell import REBOOT_COMMAND
+from vmtests.guest import toolpath
+from vmtests.guest.resources import check_hugepages_fit, required_memory_mb
+from vmtests.profiles import available_profiles, load_profile
+from vmtests.scenario.collect import _SCRIPT as SNAPSHOT_SCRIPT
+
+# Shell builtins and keywords of bash (and dash): never looked up on PATH.
+BUILTINS = frozenset(
+    {
+        *("[", "cd", "command", "echo", "exec", "exit", "export", "false", "kill", "local"),
+        *("printf", "read", "return", "set", "shift", "test", "trap", "true", "wait"),
+        *("if", "then", "elif", "else", "fi", "for", "in", "do", "done", "while", "case"),
+        *("esac", "break", "continue"),
+    }
+)
+
+
+def _fake_rootfs(tmp_path: Path, skip: str = "") -> Path:
+    """A rootfs whose dpkg lists and bin directories hold every manifest program."""
+    rootfs = tmp_path / "rootfs"
+    info = rootfs / "var/lib/dpkg/info"
+    info.mkdir(parents=True)
+    (rootfs / "usr/bin").mkdir(parents=True)
+    (rootfs / "bin").mkdir()
+    for debs in toolpath.DEBIAN_PACKAGES.values():
+        for debian in debs:
+            (info / f"{debian}.list").write_text("/usr\n/usr/bin\n")
+    programs = [p for p in GUEST_TOOLS if p not in toolpath.NOT_ON_REFERENCE_GUEST]
+    for program in [*programs, "dpkg-query"]:
+        if program != skip:
+            (rootfs / "usr/bin" / program).write_text("#!/bin/sh\n")
+    (info / "coreutils.list").write_text("/usr\n/usr/bin\n/usr/bin/cat\n/usr/bin/seq\n")
+    (rootfs / "bin/bash").write_text("#!/bin/sh\n")
+    return rootfs
+
+
+def test_tools_dir_holds_exactly_the_manifest(tmp_path: Path) -> None:
+    rootfs = _fake_rootfs(tmp_path)
+    links = toolpath.populate(rootfs)
+    tools = rootfs / toolpath.TOOLS_DIR.lstrip("/")
+    present = {path.name for path in tools.iterdir()}
+    expected = set(GUEST_TOOLS) - set(toolpath.NOT_ON_REFERENCE_GUEST)
+    assert present == expected
+    assert "dpkg-query" not in present  # in the image, not in the manifest: not on the PATH
+    assert links["sh"] == "/bin/bash"  # bash plays sh, as in the NixOS backdoor
+    assert links["cat"] == "/usr/bin/cat"
+    # A package directory holds the whole package (like a store path's bin/).
+    coreutils = rootfs / toolpath.PACKAGES_DIR.lstrip("/") / "coreutils/bin"
+    assert {path.name for path in coreutils.iterdir()} == {"cat", "seq"}
+
+
+def test_a_manifest_program_missing_from_the_image_fails_the_build(tmp_path: Path) -> None:
+    rootfs = _fake_rootfs(tmp_path, skip="setsid")
+    with pytest.raises(ValueError, match=r"setsid \(util-linux\)"):
+        toolpath.populate(rootfs)
+
+
+def test_every_manifest_package_has_a_debian_stand_in() -> None:
+    for program, attribute in GUEST_TOOLS.items():
+        assert (
+            attribute in toolpath.DEBIAN_PACKAGES or program in toolpath.NOT_ON_REFERENCE_GUEST
+        ), f"{program} ({attribute}) has no Debian package in toolpath.DEBIAN_PACKAGES"
+
+
+def test_unit_path_is_the_units_path_then_systemd_libs_defaults() -> None:
+    path = toolpath.unit_path(("docker",)).split(":")
+    names = [entry.removeprefix(toolpath.PACKAGES_DIR + "/").removesuffix("/bin") for entry in path]
+    assert names == ["docker", "coreutils", "findutils", "gnugrep", "gnused", "systemd"]
+    assert toolpath.unit_path().split(":")[0].endswith("/coreutils/bin")
+    with pytest.raises(ValueError, match="no-such-package"):
+        toolpath.unit_path(("no-such-package",))
+
+
+def _command_words(script: str) -> set[str]:
+    """Words in command position of a shell script (after ; | && || $( and at line starts)."""
+    words: set[str] = set()
+    text = re.sub(r"'[^']*'", "''", script)  # quoted arguments are never commands
+    text = re.sub(r"(^|\s)#.*", "", text)  # nor are comments
+    for segment in re.split(r"\n|;|&&|\|\||\||\$\(|\bthen\b|\bdo\b|\belse\b", text):
+        tokens = [t for t in segment.strip().split() if not re.match(r"^\w+=", t)]
+        if tokens and re.fullmatch(r"[a-z][\w.+-]*", tokens[0]):
+            words.add(tokens[0])
+    return words
+
+
+def test_the_manifest_covers_what_the_suites_scripts_run() -> None:
+    used = _command_words(SNAPSHOT_SCRIPT) | _command_words(REBOOT_COMMAND)
+    used -= BUILTINS | {"sec", "proc", "files", "srcfile"}  # the snapshot script's functions
+    # Run only when `command -v podman` finds it (the podman backend); guests run docker.
+    used -= {"podman"}
+    missing = sorted(program for program in used if program not in GUEST_TOOLS)
+    assert missing == [], f"programs run in guests but missing from the tool manifest: {missing}"
+    assert {"setsid", "systemctl", "journalctl", "curl", "ss", "docker"} <= used
+
+
+def test_rc_127_names_the_program_and_the_manifest() -> None:
+    result = CommandResult("mytool --x", 127, b"", b"sh: line 1: mytool: command not found\n")
+    error = CommandFailed(result)
+    assert error.missing == ["mytool"]
+    message = str(error)
+    assert message.startswith("`mytool` not found on the machine's PATH")
+    assert "tool manifest" in message
+    assert "vmtests/contracts/instrumentation.json" in message
+    dash = CommandFailed(CommandResult("ss", 127, b"", b"sh: 1: ss: not found\n"))
+    assert dash.missing == ["ss"]
+    other = CommandFailed(CommandResult("false", 1, b"", b""))
+    assert "tool manifest" not in str(other)
+
+
+def test_hugepages_of_every_profile_fit_in_the_contracts_memory() -> None:
+    for name in available_profiles():
+        profile = load_profile(name)
+        if profile.hugepages is not None:
+            check_hugepages_fit(profile.hugepages.count, profile.hugepages.size_kib)
+
+
+def test_hugepage_fit_fails_below_the_measured_minimum() -> None:
+    gib = 1024 * 1024
+    assert required_memory_mb(2, gib) == 8192  # measured: 2 x 1 GiB need 8192 MB
+    with pytest.raises(ValueError, match=r"need 8192 MB .* has 6144 MB: raise resources.memoryMB"):
+        check_hugepages_fit(2, gib, memory_mb=6144)
+    check_hugepages_fit(2, gib, memory_mb=GUEST_MEMORY_MB)
+    check_hugepages_fit(512, 2048, memory_mb=4096)  # 2 MiB pages need no aligned GiB

@@ -1,0 +1,282 @@
+"""The stub serving image for the reference guest, built on the host from Debian packages.
+
+The NixOS test VMs load ``vmtests-stub-vllm:latest``, a ``dockerTools.buildLayeredImage`` of
+the stub server (``modules/tenstorrent-stub.nix``), through the serving module's ``imageFile``.
+The reference guest loads an image of the same name, entrypoint and environment, made without
+Docker or Nix on the host:
+
+1. ``mmdebstrap --variant=extract`` unpacks ``python3-minimal`` and ``libpython3.11-stdlib`` with
+   their dependencies into a directory (no maintainer scripts: a container needs only files);
+2. the stub package (``vmtests/__init__.py``, ``vmtests/stub``, ``vmtests/contracts``, the
+   package the NixOS image carries too) goes to ``/opt/vmtests/vmtests``, and the image's own
+   Python imports the server there as a check;
+3. the tree becomes one layer of a ``docker save`` archive (``manifest.json``, the image config
+   named by its digest, ``<diff id>/layer.tar``): ``docker load -i`` reads it, as it reads
+   ``dockerTools`` archives;
+4. the archive is also wrapped in a tar (``disk.tar``) that a reference guest gets as a
+   read-only virtio disk, its stand-in for the store that holds ``imageFile`` on NixOS.
+
+Archives are cached under ``~/.cache/vmtests/stub-images/<hash>`` like the guest image, keyed
+on every input (packages, suite, mirror, the stub package's files and this builder's source).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from vmtests.contracts.paths import cache_dir
+from vmtests.driver.errors import DriverError
+from vmtests.driver.log import log
+from vmtests.driver.tools import require_tools
+from vmtests.guest.image import SUITE, _file_lock, _run, mirror
+
+IMAGE_NAME = "vmtests-stub-vllm"
+IMAGE_TAG = "latest"
+IMAGE = f"{IMAGE_NAME}:{IMAGE_TAG}"
+"""The image reference, the same as the NixOS stub's (``modules/tenstorrent-stub.nix``)."""
+
+PACKAGES = ("python3-minimal", "libpython3.11-stdlib")
+PYTHONPATH = "/opt/vmtests"
+PYTHON = "/usr/bin/python3"
+ENTRYPOINT = (PYTHON, "-m", "vmtests.stub.server")
+ENVIRONMENT = (
+    "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    f"PYTHONPATH={PYTHONPATH}",
+    "PYTHONUNBUFFERED=1",
+)
+ARCHIVE_NAME = f"{IMAGE_NAME}.tar"
+"""Uncompressed: ``docker load`` reads it at every start (like ``imageFile``), and gunzip of
+the whole archive costs more than anything else in a start under TCG."""
+DISK_NAME = "disk.tar"
+DISK_SERIAL = "vmtests-stub-image"
+"""Serial of the read-only virtio disk carrying the archive into a reference guest: a tar
+holding ``ARCHIVE_NAME`` (tar pads to whole blocks, so a block device reads it back exactly)."""
+KEEP_IMAGES = 3
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+PACKAGE_PARTS = ("__init__.py", "stub", "contracts")
+_TRIM = (
+    "usr/share/doc",
+    "usr/share/man",
+    "usr/share/locale",
+    "usr/share/info",
+    "usr/lib/x86_64-linux-gnu/gconv",  # iconv modules: Python never loads them
+    "var/cache",
+    # Standard library parts the stub never imports (the build imports the server to check).
+    *(
+        f"usr/lib/python3.11/{name}"
+        for name in ("pydoc_data", "lib2to3", "ensurepip", "unittest", "distutils", "sqlite3")
+    ),
+)
+
+
+@dataclass(frozen=True)
+class StubImage:
+    """A built stub image archive and what ``docker load`` will call it."""
+
+    archive: Path
+    disk: Path
+    image: str
+    digest: str
+    archive_sha256: str
+    build_seconds: float
+
+
+def _package_files() -> list[Path]:
+    """The stub package's files (the image's content besides Debian's), sorted."""
+    files: list[Path] = []
+    for part in PACKAGE_PARTS:
+        path = PACKAGE_ROOT / part
+        candidates = [path] if path.is_file() else sorted(path.rglob("*"))
+        files += [
+            candidate
+            for candidate in candidates
+            if candidate.is_file()
+            and "__pycache__" not in candidate.parts
+            and candidate.suffix != ".pyc"
+        ]
+    return files
+
+
+def input_hash() -> str:
+    """Content hash of every input of the archive (the cache key)."""
+    digest = hashlib.sha256()
+    inputs = {
+        "suite": SUITE,
+        "mirror": mirror(),
+        "packages": list(PACKAGES),
+        "entrypoint": list(ENTRYPOINT),
+        "env": list(ENVIRONMENT),
+        "image": IMAGE,
+    }
+    digest.update(json.dumps(inputs, sort_keys=True).encode())
+    for path in _package_files():
+        digest.update(str(path.relative_to(PACKAGE_ROOT)).encode() + b"\0")
+        digest.update(path.read_bytes())  # read_bytes follows the features.json link
+    for function in (_build, _layer, _archive):
+        digest.update(inspect.getsource(function).encode())
+    return digest.hexdigest()[:20]
+
+
+def _reset_owner(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    """Layer entries: root-owned, fixed times; device nodes stay out (docker adds its own)."""
+    if info.isdev() or info.name.startswith(("dev/", "./dev/")):
+        return None
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.mtime = 0
+    return info
+
+
+def _layer(rootfs: Path) -> bytes:
+    """The uncompressed layer tar of ``rootfs`` (paths relative, sorted for reproducibility)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for path in sorted(rootfs.rglob("*")):
+            archive.add(
+                str(path),
+                arcname=str(path.relative_to(rootfs)),
+                recursive=False,
+                filter=_reset_owner,
+            )
+    return buffer.getvalue()
+
+
+def _archive(layer: bytes, destination: Path) -> str:
+    """Write a ``docker save`` archive with one ``layer``; return the image digest."""
+    diff_id = hashlib.sha256(layer).hexdigest()
+    config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "created": "1970-01-01T00:00:01Z",
+        "config": {"Entrypoint": list(ENTRYPOINT), "Env": list(ENVIRONMENT)},
+        "rootfs": {"type": "layers", "diff_ids": [f"sha256:{diff_id}"]},
+        "history": [{"created": "1970-01-01T00:00:01Z", "created_by": "vmtests stub_image"}],
+    }
+    config_bytes = json.dumps(config, sort_keys=True).encode()
+    config_id = hashlib.sha256(config_bytes).hexdigest()
+    manifest = [
+        {
+            "Config": f"{config_id}.json",
+            "RepoTags": [IMAGE],
+            "Layers": [f"{diff_id}/layer.tar"],
+        }
+    ]
+    members = {
+        f"{diff_id}/layer.tar": layer,
+        f"{config_id}.json": config_bytes,
+        "manifest.json": json.dumps(manifest).encode(),
+        "repositories": json.dumps({IMAGE_NAME: {IMAGE_TAG: diff_id}}).encode(),
+    }
+    with tarfile.open(destination, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        directory = tarfile.TarInfo(diff_id)
+        directory.type, directory.mode = tarfile.DIRTYPE, 0o755
+        archive.addfile(directory)
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            archive.addfile(info, io.BytesIO(data))
+    return f"sha256:{config_id}"
+
+
+def _build(directory: Path) -> str:
+    """Build the archive into ``directory``; return the image digest."""
+    require_tools("mmdebstrap", "chroot")
+    rootfs = directory / "rootfs"
+    _run(
+        [
+            "mmdebstrap",
+            "--mode=root",
+            "--variant=extract",
+            "--include=" + ",".join(PACKAGES),
+            "--quiet",
+            SUITE,
+            str(rootfs),
+            f"deb {mirror()} {SUITE} main",
+        ],
+        f"mmdebstrap --variant=extract {','.join(PACKAGES)}",
+    )
+    for trimmed in _TRIM:
+        shutil.rmtree(rootfs / trimmed, ignore_errors=True)
+    for path in _package_files():
+        target = rootfs / PYTHONPATH.lstrip("/") / "vmtests" / path.relative_to(PACKAGE_ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)  # copies what the features.json link points to
+    _run(
+        [
+            "chroot",
+            str(rootfs),
+            PYTHON,
+            "-c",
+            f"import sys; sys.path.insert(0, {PYTHONPATH!r}); import vmtests.stub.server",
+        ],
+        "importing the stub server with the image's own Python",
+        timeout=120,
+    )
+    digest = _archive(_layer(rootfs), directory / ARCHIVE_NAME)
+    shutil.rmtree(rootfs)
+    with tarfile.open(directory / DISK_NAME, "w", format=tarfile.PAX_FORMAT) as disk:
+        disk.add(str(directory / ARCHIVE_NAME), arcname=ARCHIVE_NAME, filter=_reset_owner)
+    return digest
+
+
+def _prune(images: Path, keep: int) -> None:
+    """Delete all but the ``keep`` newest cached archives."""
+    built = sorted(
+        (path for path in images.iterdir() if (path / "manifest.json").exists()),
+        key=lambda path: (path / "manifest.json").stat().st_mtime,
+        reverse=True,
+    )
+    for stale in built[keep:]:
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def stub_image() -> StubImage:
+    """Return the stub image archive, building it first if no cached copy matches."""
+    digest = input_hash()
+    images = cache_dir() / "stub-images"
+    final = images / digest
+    manifest = final / "manifest.json"
+    if not manifest.exists():
+        with _file_lock(images / f".lock-{digest}"):
+            if not manifest.exists():
+                with log.nested(f"building the stub image {IMAGE} ({digest})"):
+                    tmp = images / f"tmp-{digest}-{os.getpid()}"
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    tmp.mkdir(parents=True)
+                    start = time.monotonic()
+                    try:
+                        image_digest = _build(tmp)
+                        archive = (tmp / ARCHIVE_NAME).read_bytes()
+                        data = {
+                            "hash": digest,
+                            "image": IMAGE,
+                            "digest": image_digest,
+                            "archive_sha256": hashlib.sha256(archive).hexdigest(),
+                            "build_seconds": time.monotonic() - start,
+                        }
+                        (tmp / "manifest.json").write_text(json.dumps(data, indent=2))
+                        os.replace(tmp, final)
+                    except (OSError, subprocess.SubprocessError) as error:
+                        raise DriverError(f"building the stub image failed: {error}") from error
+                    finally:
+                        shutil.rmtree(tmp, ignore_errors=True)
+                    _prune(images, KEEP_IMAGES)
+    data = json.loads(manifest.read_text())
+    return StubImage(
+        archive=final / ARCHIVE_NAME,
+        disk=final / DISK_NAME,
+        image=str(data["image"]),
+        digest=str(data["digest"]),
+        archive_sha256=str(data["archive_sha256"]),
+        build_seconds=float(data["build_seconds"]),
+    )

@@ -1,0 +1,178 @@
+"""The container is stopped gracefully, never killed: at a start over a leftover, and at a stop.
+
+The advisory's rule is ``docker stop -t 60``, never ``docker rm -f``: a P150 container killed
+with SIGKILL leaves the card in an unknown state. oci-containers.nix's own pre-start runs
+``docker rm -f <name>``, which kills a container left running by hand or by a crashed unit;
+the module's pre-start stops it gracefully first (``vmtests.scenario.serving_unit``).
+
+The evidence is Docker's own event log: ``docker events`` records, per container, each
+``kill`` with its signal and the ``die`` with the exit code. A graceful stop is SIGTERM
+followed by the server's own exit (0); ``rm -f`` is SIGKILL and exit code 137. Without a
+``die`` event there is no evidence, and the check fails saying so.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from dataclasses import dataclass, replace
+
+from vmtests.contracts.serving import SERVING_UNIT
+from vmtests.driver.log import log
+from vmtests.driver.machine import Machine
+from vmtests.scenario.controls import ControlOutcome
+from vmtests.scenario.reference_switch import ReferenceSwitch, install_units
+from vmtests.scenario.results import CheckResult, failed, passed
+from vmtests.scenario.serving_unit import BACKEND, CONTAINER_NAME
+from vmtests.scenario.switching import wait_ready
+
+CHECK = "container.graceful-stop"
+SIGKILL, KILLED_EXIT_CODE = "9", 137
+EVENT_FORMAT = "{{.Action}} {{.Actor.Attributes.exitCode}} {{.Actor.Attributes.signal}}"
+
+
+@dataclass(frozen=True)
+class ContainerEvents:
+    """What Docker recorded about one container: the signals it got and how it exited."""
+
+    container_id: str
+    signals: tuple[str, ...]
+    exit_codes: tuple[int, ...]
+    raw: str
+
+
+def container_events(machine: Machine, container_id: str) -> ContainerEvents:
+    """The ``kill`` and ``die`` events of ``container_id`` (from the last hour up to now)."""
+    output = machine.succeed(
+        f"{BACKEND} events --since 1h --until 0s --filter container={shlex.quote(container_id)} "
+        f"--format {shlex.quote(EVENT_FORMAT)}",
+        timeout=60,
+    )
+    signals: list[str] = []
+    exit_codes: list[int] = []
+    for line in output.splitlines():
+        action, *rest = line.split()
+        if action == "kill" and rest:
+            signals.append(rest[-1])
+        elif action == "die" and rest and rest[0].isdigit():
+            exit_codes.append(int(rest[0]))
+    return ContainerEvents(container_id, tuple(signals), tuple(exit_codes), output.strip())
+
+
+def check_stopped_gracefully(stage: str, what: str, events: ContainerEvents) -> CheckResult:
+    """Pass when the container died by its own exit after SIGTERM, never by SIGKILL."""
+    short = events.container_id[:12]
+    if not events.exit_codes:
+        return failed(
+            stage,
+            CHECK,
+            what,
+            f"no `die` event for container {short} ({what}): whether it was stopped gracefully "
+            f"cannot be shown; events seen: {events.raw or '(none)'}",
+        )
+    code = events.exit_codes[-1]
+    if code == KILLED_EXIT_CODE or SIGKILL in events.signals:
+        return failed(
+            stage,
+            CHECK,
+            what,
+            f"container {short} ({what}) was killed: exit code {code}, signals "
+            f"{', '.join(events.signals) or 'none'}; it must be stopped with `docker stop -t "
+            "<stopTimeout>`, never `docker rm -f` while running",
+        )
+    return passed(
+        stage,
+        CHECK,
+        what,
+        f"container {short} ({what}) stopped gracefully: signals "
+        f"{', '.join(events.signals) or 'none'}, exit code {code}",
+    )
+
+
+def start_leftover_container(machine: Machine, switch: ReferenceSwitch) -> str:
+    """Stop the unit and start the serving container by hand under the unit's container name.
+
+    It is what a hand-started or orphaned production container looks like: same name, same
+    image, serving on the same port. Returns its container ID once it answers.
+    """
+    target = switch.target
+    machine.succeed(f"systemctl stop {SERVING_UNIT}", timeout=180)
+    if target.image_file:
+        machine.succeed(f"{BACKEND} load -i {shlex.quote(target.image_file)}", timeout=180)
+    environment = " ".join(f"-e {shlex.quote(f'{k}={v}')}" for k, v in target.environment.items())
+    container_id = machine.succeed(
+        f"{BACKEND} run -d --name={CONTAINER_NAME} --network=host --ipc=host "
+        f"--device=/dev/tenstorrent/0 {environment} {shlex.quote(target.image)} "
+        + " ".join(map(shlex.quote, target.args)),
+        timeout=120,
+    ).strip()
+    machine.wait_until_succeeds(f"curl -sf -m 5 http://127.0.0.1:{target.port}/health", 180)
+    return container_id
+
+
+def _serving_container_id(machine: Machine) -> str:
+    return machine.succeed(
+        f"{BACKEND} inspect --format '{{{{.Id}}}}' {CONTAINER_NAME}", timeout=60
+    ).strip()
+
+
+def leftover_then_start(
+    machine: Machine, switch: ReferenceSwitch, *, graceful_pre_start: bool = True
+) -> list[CheckResult]:
+    """A running leftover container, then a start of the unit; then a stop of the unit.
+
+    Returns two results: how the unit's pre-start stopped the leftover, and how the unit's
+    own stop ended its container. ``graceful_pre_start=False`` installs oci-containers.nix's
+    own pre-start (``docker rm -f``), which the first check must catch.
+    """
+    variant = "module pre-start" if graceful_pre_start else "oci-containers rm -f pre-start"
+    with log.nested(f"leftover container before a start ({variant})"):
+        config = replace(switch.target, graceful_pre_start=graceful_pre_start)
+        install_units(machine, config)
+        leftover = start_leftover_container(machine, switch)
+        machine.succeed(f"systemctl start {SERVING_UNIT}", timeout=240)
+        wait_ready(machine, config.port)
+        results = [
+            check_stopped_gracefully(
+                "start", "leftover container", container_events(machine, leftover)
+            )
+        ]
+        serving = _serving_container_id(machine)
+        machine.succeed(f"systemctl stop {SERVING_UNIT}", timeout=180)
+        results.append(
+            check_stopped_gracefully("stop", "unit's container", container_events(machine, serving))
+        )
+        for result in results:
+            log.info(str(result))
+    return results
+
+
+KILLED = re.compile(r"was killed: exit code 137")
+
+
+def run_container_controls(
+    machine: Machine, switch: ReferenceSwitch
+) -> tuple[list[CheckResult], ControlOutcome]:
+    """The graceful path (its failures are false alarms) and the ``rm -f`` control.
+
+    Returns the failing results of the module's own pre-start and stop (expected: none) and
+    the outcome of the control that installs oci-containers.nix's ``docker rm -f`` pre-start
+    (expected: detected, the leftover was killed with exit code 137).
+    """
+    graceful = leftover_then_start(machine, switch)
+    start = time.monotonic()
+    killed = leftover_then_start(machine, switch, graceful_pre_start=False)
+    failures = [result for result in killed if result.failed]
+    matches = [result for result in failures if KILLED.search(result.message)]
+    outcome = ControlOutcome(
+        "leftover container, rm -f pre-start",
+        "a container left running under the unit's name; the unit's pre-start is "
+        "oci-containers.nix's own `docker rm -f`",
+        CHECK,
+        bool(matches),
+        matches[0].message if matches else "NOT DETECTED",
+        failures,
+        time.monotonic() - start,
+    )
+    return [result for result in graceful if result.failed], outcome

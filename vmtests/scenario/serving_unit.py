@@ -1,0 +1,341 @@
+"""The serving units as NixOS renders them, for the reference guest.
+
+``modules/tenstorrent-serving.nix`` declares ``virtualisation.oci-containers.containers.
+tenstorrent-serving`` and adjusts its service; nixpkgs then renders it. This module renders the
+same thing from the same inputs, following the nixpkgs sources line by line:
+
+- ``nixos/modules/virtualisation/oci-containers.nix`` (``mkService``): the ``pre-start`` script
+  (a ``writeShellApplication``) that loads ``imageFile`` with ``docker load -i``; the ``script``
+  ``exec docker run --name=<name> --log-driver=<driver> -e K=V ... --rm ... --pull missing
+  <extraOptions> <image> <cmd>``; ``path = [ docker ]``; ``After=docker.service
+  docker.socket``; ``Restart=on-failure``, ``TimeoutStartSec=0``;
+- ``nixos/lib/systemd-unit-options.nix`` and ``systemd-lib.nix`` (``makeJobScript``): every
+  ``preStart``/``script``/``preStop``/``postStop`` becomes a ``#!bash`` script starting with
+  ``set -e``, referenced from ``ExecStartPre``/``ExecStart``/``ExecStop``/``ExecStopPost``;
+  ``PATH`` is the unit's ``path`` plus coreutils, findutils, gnugrep, gnused and systemd;
+- the module itself: the banner ``preStart``, ``docker stop -t <stopTimeout>`` as ``preStop``,
+  a ``postStop`` that stops gracefully before a plain ``docker rm``, ``TimeoutStopSec =
+  stopTimeout + 30``, the device/hugepage/ipc/network options, ``--stop-timeout=<stopTimeout>``,
+  the hugepage oneshot and its hugetlbfs mount.
+
+Store paths become files under ``STORE_DIR`` named by a hash of their content (a changed
+script is a new path, as in the Nix store), and packages become the tool directories of
+``vmtests.guest.toolpath``. The NixOS module's own pre-start never ``docker rm -f``s a running
+container: a leftover container is stopped with ``docker stop -t <stopTimeout>`` first.
+
+``oci_container`` is the one place that decides the container's settings; it stands in for
+reading the evaluated ``virtualisation.oci-containers.containers.tenstorrent-serving`` of the
+full NixOS evaluation, and is what switches over once that evaluation is available here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_UNIT
+from vmtests.guest import toolpath
+
+STORE_DIR = "/usr/lib/vmtests/store"
+"""Where the reference guest keeps what NixOS keeps in the store: scripts and the image file."""
+
+CONTAINER_NAME = SERVING_UNIT.removesuffix(".service")
+"""The container's name (the module's ``name``; its ``serviceName`` is the same)."""
+
+BACKEND = "docker"
+RUNTIME_SHELL = "/bin/bash"
+STOP_TIMEOUT_MARGIN = 30
+_SAFE_ARG = re.compile(r"[a-zA-Z0-9,._+:@%/-]+")
+
+
+def escape_shell_arg(arg: str) -> str:
+    """nixpkgs ``lib.escapeShellArg``: unchanged when safe, else single-quoted."""
+    if _SAFE_ARG.fullmatch(arg):
+        return arg
+    return "'" + arg.replace("'", "'\\''") + "'"
+
+
+def store_path(name: str, content: str) -> str:
+    """A content-addressed path under ``STORE_DIR`` (like a store path: new content, new path)."""
+    digest = hashlib.sha256(f"{name}\0{content}".encode()).hexdigest()[:32]
+    return f"{STORE_DIR}/{digest}-{name}"
+
+
+@dataclass(frozen=True)
+class OciContainer:
+    """The options of ``virtualisation.oci-containers.containers.<name>`` the module sets."""
+
+    name: str
+    image: str
+    image_file: str | None
+    cmd: tuple[str, ...]
+    environment: Mapping[str, str]
+    extra_options: tuple[str, ...]
+    log_driver: str = "journald"
+    auto_remove_on_stop: bool = True
+    pull: str = "missing"
+
+
+@dataclass(frozen=True)
+class ServiceAdjustments:
+    """What the module adds to the container's service (``systemd.services.<name>``)."""
+
+    banner: str
+    stop_timeout: int
+    hugepages: Mapping[str, object] | None
+    graceful_pre_start: bool = True
+    """False renders oci-containers.nix's own pre-start (``docker rm -f``): a negative control."""
+
+
+@dataclass
+class RenderedUnits:
+    """Files to install: unit files (``/etc/systemd/system``) and store files (scripts)."""
+
+    units: dict[str, str] = field(default_factory=dict)
+    scripts: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def script_paths(self) -> list[str]:
+        """Paths of the scripts (store files that must be executable)."""
+        return sorted(self.scripts)
+
+
+def hugepage_mount(hugepages: Mapping[str, object]) -> str:
+    """The hugetlbfs mount point, ``/dev/hugepages-<size>``."""
+    return f"/dev/hugepages-{hugepages['size']}"
+
+
+def mount_unit_name(where: str) -> str:
+    """systemd's unit name of a mount point (``systemd-escape --path --suffix=mount``)."""
+    escaped = "".join(
+        char if char.isalnum() or char in "_." else f"\\x{ord(char):02x}"
+        for char in where.strip("/")
+    )
+    return escaped.replace("\\x2f", "-") + ".mount"
+
+
+def oci_container(
+    *,
+    image: str,
+    image_file: str | None,
+    args: tuple[str, ...],
+    environment: Mapping[str, str],
+    stop_timeout: int,
+    hugepages: Mapping[str, object] | None,
+    devices: tuple[str, ...] = ("/dev/tenstorrent/0",),
+    extra_options: tuple[str, ...] = (),
+) -> OciContainer:
+    """The module's container from the Nix core's output (``modules/tenstorrent-serving.nix``).
+
+    Switch-over point: with the full NixOS evaluation, read these fields from the evaluated
+    ``virtualisation.oci-containers.containers.tenstorrent-serving`` instead.
+    """
+    options = [f"--device={device}" for device in devices]
+    if hugepages:
+        mount = hugepage_mount(hugepages)
+        options.append(f"--volume={mount}:{mount}")
+    options += ["--ipc=host", "--network=host", f"--stop-timeout={stop_timeout}"]
+    return OciContainer(
+        name=CONTAINER_NAME,
+        image=image,
+        image_file=image_file,
+        cmd=tuple(args),
+        environment=dict(environment),
+        extra_options=(*options, *extra_options),
+    )
+
+
+def job_script(name: str, text: str) -> tuple[str, str]:
+    """``makeJobScript`` (systemd-lib.nix): ``writeShellScriptBin name "set -e\\n\\n<text>"``."""
+    content = f"#!{RUNTIME_SHELL}\nset -e\n\n{text}\n"
+    return f"{store_path(f'unit-script-{name}', content)}/bin/{name}", content
+
+
+def shell_application(name: str, text: str) -> tuple[str, str]:
+    """``writeShellApplication`` without runtime inputs (nixpkgs trivial-builders)."""
+    content = f"#!{RUNTIME_SHELL}\nset -o errexit\nset -o nounset\nset -o pipefail\n\n{text}"
+    return f"{store_path(name, content)}/bin/{name}", content
+
+
+def pre_start_text(container: OciContainer, stop_timeout: int, graceful: bool = True) -> str:
+    """The container's pre-start: stop a leftover gracefully, remove it, load the image.
+
+    oci-containers.nix runs ``docker rm -f <name>`` here (``graceful=False`` renders exactly
+    that), which SIGKILLs a running leftover; the module's pre-start stops it with the graceful
+    timeout first and removes it only once it has stopped (a plain ``docker rm`` refuses a
+    running container).
+    """
+    name = escape_shell_arg(container.name)
+    if graceful:
+        lines = [
+            f"if {BACKEND} container inspect {name} >/dev/null 2>&1; then",
+            f"  {BACKEND} stop -t {stop_timeout} {name} || true",
+            f"  {BACKEND} rm {name} >/dev/null 2>&1 || true",
+            "fi",
+        ]
+    else:
+        lines = [f"{BACKEND} rm -f {container.name} || true"]
+    if container.image_file is not None:
+        lines.append(f"{BACKEND} load -i {container.image_file}")
+    return "\n".join(lines) + "\n"
+
+
+def run_script_text(container: OciContainer) -> str:
+    """oci-containers.nix ``script``: ``exec docker run ...`` joined with `` \\\\\\n  ``."""
+    words = [f"exec {BACKEND} ", "run", f"--name={escape_shell_arg(container.name)}"]
+    words.append(f"--log-driver={container.log_driver}")
+    words += [
+        f"-e {escape_shell_arg(key)}={escape_shell_arg(value)}"
+        for key, value in sorted(container.environment.items())
+    ]
+    if container.auto_remove_on_stop:
+        words.append("--rm")
+    words.append(f"--pull {escape_shell_arg(container.pull)}")
+    words += [escape_shell_arg(option) for option in container.extra_options]
+    words.append(container.image)
+    words += [escape_shell_arg(arg) for arg in container.cmd]
+    return " \\\n  ".join(words)
+
+
+def _systemd_value(word: str) -> str:
+    """Quote one ``Environment=`` assignment as NixOS does (``"K=V"``)."""
+    return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def render_container_service(
+    container: OciContainer, adjustments: ServiceAdjustments
+) -> RenderedUnits:
+    """The serving unit and its scripts, as oci-containers.nix plus the module render them."""
+    rendered = RenderedUnits()
+    name, stop = container.name, adjustments.stop_timeout
+    banner_path, banner = job_script(
+        f"{name}-pre-start", f"echo {escape_shell_arg(adjustments.banner)}"
+    )
+    pre_path, pre = shell_application(
+        "pre-start", pre_start_text(container, stop, adjustments.graceful_pre_start)
+    )
+    start_path, start = job_script(f"{name}-start", run_script_text(container))
+    stop_path, stop_script = job_script(
+        f"{name}-pre-stop", f"{BACKEND} stop -t {stop} {name} || true"
+    )
+    post_path, post = job_script(
+        f"{name}-post-stop",
+        f"{BACKEND} stop -t {stop} {name} >/dev/null 2>&1 || true\n"
+        f"{BACKEND} rm {name} >/dev/null 2>&1 || true\n",
+    )
+    for path, text in (
+        (banner_path, banner),
+        (pre_path, pre),
+        (start_path, start),
+        (stop_path, stop_script),
+        (post_path, post),
+    ):
+        rendered.scripts[path] = text
+    hugepages = adjustments.hugepages
+    after = [f"{BACKEND}.service", f"{BACKEND}.socket"]
+    requires: list[str] = []
+    if hugepages:
+        after.append(HUGEPAGES_UNIT)
+        requires.append(HUGEPAGES_UNIT)
+    lines = [
+        "# Rendered by vmtests.scenario.serving_unit like NixOS renders the module's container.",
+        "[Unit]",
+        f"After={' '.join(after)}",
+        *([f"Requires={' '.join(requires)}"] if requires else []),
+        *([f"RequiresMountsFor={hugepage_mount(hugepages)}"] if hugepages else []),
+        "",
+        "[Service]",
+        f"Environment={_systemd_value('PATH=' + toolpath.unit_path((BACKEND,)))}",
+        f"ExecStart={start_path} ",
+        f"ExecStartPre={banner_path}",
+        f"ExecStartPre={pre_path}",
+        f"ExecStop={stop_path}",
+        f"ExecStopPost={post_path}",
+        "Restart=on-failure",
+        "TimeoutStartSec=0",
+        f"TimeoutStopSec={stop + STOP_TIMEOUT_MARGIN}",
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        "",
+    ]
+    rendered.units[SERVING_UNIT] = "\n".join(lines)
+    if hugepages:
+        render_hugepage_units(hugepages, rendered)
+    return rendered
+
+
+def hugepages_path(size_kib: int) -> str:
+    """The sysfs file holding the pool size of ``size_kib`` KiB pages."""
+    return f"/sys/kernel/mm/hugepages/hugepages-{size_kib}kB/nr_hugepages"
+
+
+def hugepage_script_text(hugepages: Mapping[str, object]) -> str:
+    """The module's ``tenstorrent-hugepages`` script (fails when fewer pages are reserved)."""
+    count, size, kib = hugepages["count"], hugepages["size"], hugepages["sizeKiB"]
+    return (
+        f"pool=/sys/kernel/mm/hugepages/hugepages-{kib}kB\n"
+        'if [ ! -d "$pool" ]; then\n'
+        f'  echo "$pool is missing: this CPU/kernel offers no {size} pages" >&2\n'
+        "  exit 1\n"
+        "fi\n"
+        f'echo {count} > "$pool/nr_hugepages"\n'
+        'got=$(cat "$pool/nr_hugepages")\n'
+        f'if [ "$got" -ne {count} ]; then\n'
+        f'  echo "reserved $got of {count} {size} hugepages" >&2\n'
+        "  exit 1\n"
+        "fi\n"
+        f'echo "reserved {count} x {size} hugepages"\n'
+    )
+
+
+def render_hugepage_units(hugepages: Mapping[str, object], rendered: RenderedUnits) -> None:
+    """The boot-time oneshot and the hugetlbfs mount the module declares."""
+    count, size = hugepages["count"], hugepages["size"]
+    path, script = job_script(
+        f"{HUGEPAGES_UNIT.removesuffix('.service')}-start", hugepage_script_text(hugepages)
+    )
+    rendered.scripts[path] = script
+    rendered.units[HUGEPAGES_UNIT] = "\n".join(
+        [
+            "# Rendered by vmtests.scenario.serving_unit from the module's hugepage oneshot.",
+            "[Unit]",
+            "Before=sysinit.target shutdown.target",
+            "Conflicts=shutdown.target",
+            "DefaultDependencies=no",
+            f"Description=Reserve {count} x {size} hugepages for {CONTAINER_NAME}",
+            "",
+            "[Service]",
+            f"Environment={_systemd_value('PATH=' + toolpath.unit_path())}",
+            f"ExecStart={path} ",
+            "RemainAfterExit=true",
+            "Type=oneshot",
+            "",
+            "[Install]",
+            "WantedBy=sysinit.target",
+            "",
+        ]
+    )
+    where = hugepage_mount(hugepages)
+    rendered.units[mount_unit_name(where)] = "\n".join(
+        [
+            "# Rendered by vmtests.scenario.serving_unit from the module's hugetlbfs mount.",
+            "[Unit]",
+            f"After={HUGEPAGES_UNIT}",
+            "Before=sysinit.target",
+            "DefaultDependencies=no",
+            f"Description=hugetlbfs with {size} pages for {CONTAINER_NAME}",
+            "",
+            "[Mount]",
+            "What=hugetlbfs",
+            f"Where={where}",
+            "Type=hugetlbfs",
+            f"Options=pagesize={size}",
+            "",
+            "[Install]",
+            "WantedBy=sysinit.target",
+            "",
+        ]
+    )

@@ -53,7 +53,9 @@ def test_bound_numbers_for_the_advisory_cases() -> None:
 
 def test_failure_kinds() -> None:
     assert failure_kind(RequestRecord("s", "l", "p", 0, status=500, error="HTTP 500")) == "http-500"
-    assert failure_kind(RequestRecord("s", "l", "p", 0, error="TimeoutError: timed out")) == "timeout"
+    assert (
+        failure_kind(RequestRecord("s", "l", "p", 0, error="TimeoutError: timed out")) == "timeout"
+    )
     record = RequestRecord("s", "l", "p", 0, status=200, text="x", findings=["degenerate output"])
     assert failure_kind(record) == "degenerate"
     assert failure_kind(RequestRecord("s", "l", "p", 0, status=200)) == "empty"
@@ -119,9 +121,10 @@ def test_plan_lists_every_step_and_the_budget() -> None:
 
 def test_cli_plan_changes_nothing_and_ssh_needs_opt_in(capsys: pytest.CaptureFixture[str]) -> None:
     # --plan on an unreachable ssh host with opt-in: prints, touches nothing, exits 0.
+    switch = "nixos-rebuild switch --flake /etc/nixos#{profile}"
     assert main(["certify", "--profile", "cfx-llm2", "--ab", "resident", "--plan",
                  "--target", "ssh://root@192.0.2.1", "--hw-opt-in",
-                 "--switch-command", "nixos-rebuild switch --flake /etc/nixos#{profile}"]) == 0  # fmt: skip
+                 "--switch-command", switch]) == 0  # fmt: skip
     assert "nothing will be changed" in capsys.readouterr().out
     assert main(["certify", "--profile", "cfx-llm2", "--target", "ssh://root@192.0.2.1"]) == 2
     assert "--hw-opt-in" in capsys.readouterr().out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from vmtests.certify import degenerate
 from vmtests.certify.arms import Configuration, Installer, SwitchRecord, switch_to
@@ -74,6 +75,7 @@ class Context:
     arm_b: Configuration | None = None
     container: str | None = None
     current: str = ""
+    report_dir: Path | None = None
     golden_problems: list[str] = field(default_factory=list)
 
     def judge(self, record: RequestRecord, request: RequestSpec) -> None:

@@ -38,7 +38,8 @@ class GateResult:
     def error(self, problem: str) -> None:
         """Record why the gate could not be judged."""
         self.problems.append(problem)
-        self.status = ERROR
+        if self.status != FAILED:  # a definite failure stays a failure
+            self.status = ERROR
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form."""

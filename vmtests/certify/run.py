@@ -84,13 +84,16 @@ def _gate_functions(ctx: Context) -> dict[str, Callable[[], GateResult]]:
     }
 
 
-def _timed(result: CertificationResult, name: str, run: Callable[[], GateResult]) -> GateResult:
+def _timed(ctx: Context, name: str, run: Callable[[], GateResult]) -> GateResult:
+    """Run one gate, log it, and write the certificate so far (kept if the runner dies)."""
     start = time.monotonic()
     with log.nested(f"gate {name}"):
         gate = run()
         gate.seconds = time.monotonic() - start
-        result.gates.append(gate)
+        ctx.result.gates.append(gate)
         log.info(f"{name}: {gate.status}: {redact_text(gate.summary)}")
+    if ctx.report_dir is not None:
+        write_certificate(ctx.result, ctx.report_dir)
     return gate
 
 
@@ -133,6 +136,7 @@ def certify(
             ctx = Context(
                 machine, generator, installer, base, result, options,
                 golden=None if record else store, port=port, arm_b=arm_b, container=container,
+                report_dir=report_dir,
             )  # fmt: skip
             _run(ctx, store, record)
             result.status = "refused" if result.status == "refused" else "finished"
@@ -156,14 +160,14 @@ def certify(
 
 def _run(ctx: Context, store: GoldenStore, record: bool) -> None:
     result = ctx.result
-    preflight = _timed(result, "preflight", lambda: gates.preflight(ctx))
+    preflight = _timed(ctx, "preflight", lambda: gates.preflight(ctx))
     result.started_on = ctx.current
     if preflight.status == ERROR:
         result.status = "refused"
         result.error = "; ".join(preflight.problems[:3])
         return
     if record:
-        _timed(result, "record_golden", lambda: record_golden(ctx, store))
+        _timed(ctx, "record_golden", lambda: record_golden(ctx, store))
         return
     functions = _gate_functions(ctx)
     for name in ALL_GATES[1:]:
@@ -171,6 +175,6 @@ def _run(ctx: Context, store: GoldenStore, record: bool) -> None:
             continue
         if name == "ab" and ctx.arm_b is None:
             continue
-        _timed(result, name, functions[name])
+        _timed(ctx, name, functions[name])
     if ctx.current != ctx.base.name:
         ctx.switch(ctx.base, reason="end on the starting configuration")

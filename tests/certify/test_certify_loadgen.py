@@ -107,3 +107,13 @@ def test_batch_concurrency_and_overhead(server: LocalStubServer) -> None:
     assert overhead["client_cpu_mean_ms"] > 0
     with pytest.raises(ValueError, match="http://host:port"):
         LoadGenerator("ftp://x")
+
+
+def test_overhead_benchmark_reports_figures() -> None:
+    from vmtests.certify.bench import measure  # noqa: PLC0415
+
+    figures = measure(requests=16, concurrency=4, tokens=4)
+    assert figures["failed"] == 0
+    assert figures["requests"] == 16
+    assert figures["requests_per_s"] > 0
+    assert 0 < figures["client_cpu_share_of_e2e"] <= 1.5

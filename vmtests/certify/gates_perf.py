@@ -24,6 +24,8 @@ from vmtests.certify.loadgen import BatchResult
 from vmtests.certify.model import FAILED, PASSED, GateResult
 
 AB_PATTERN = "ABBA"
+MIN_BLOCKS = 2
+MIN_DECODE_PROMPT_TOKENS = 256
 HIT_COUNTER = "vllm:prefix_cache_hits_total"
 QUERY_COUNTER = "vllm:prefix_cache_queries_total"
 
@@ -47,6 +49,15 @@ def ab(ctx: Context) -> GateResult:
         gate.summary = "not requested (--ab)"
         return gate
     arms = {"A": ctx.base, "B": b_config}
+    if ctx.options.ab_blocks < MIN_BLOCKS:
+        gate.error(f"{ctx.options.ab_blocks} block(s): a paired CI needs at least {MIN_BLOCKS}")
+        return gate
+    for arm, config in arms.items():
+        # The advisory's A/B: prefix caching on in both arms (the profiles say so).
+        if config.profile.module_banner.get("prefix-caching") != "on":
+            gate.error(f"arm {arm} ({config.name}) does not expect prefix caching on")
+    if gate.problems:
+        return gate
     specs = [spec(p, ctx.options.ab_tokens, ctx.options.seed) for p in prompts.ab_prompts()]
     runs: list[dict[str, object]] = []
     pairs: dict[str, tuple[list[float], list[float]]] = {
@@ -119,6 +130,12 @@ def decode_b1(ctx: Context) -> GateResult:
         decode_step_mean_ms=1000 * stats.mean(steps) if steps else None,
         output_shas=sorted({r.output_sha for r in records}),
     )
+    prompt_tokens = gate.numbers["prompt_tokens"] or 0
+    if prompt_tokens < MIN_DECODE_PROMPT_TOKENS:
+        gate.fail(
+            f"the server counted {prompt_tokens} prompt tokens: a decode figure from a prompt "
+            f"under {MIN_DECODE_PROMPT_TOKENS} tokens cannot be cited (the advisory's 26-token one)"
+        )
     if len(gate.numbers["output_shas"]) > 1:
         gate.fail("the same greedy prompt gave different outputs across repeats")
     if not gate.problems:

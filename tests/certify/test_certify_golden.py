@@ -49,3 +49,17 @@ def test_recording_keeps_other_servers(tmp_path: Path) -> None:
     GoldenStore("p", "other", tmp_path).record({SPEC: "b" * 64}, "sha256:y")
     servers = json.loads(golden_path("p", tmp_path).read_text())["servers"]
     assert set(servers) == {KEY, "other"}
+
+
+def test_repository_golden_covers_every_judged_prompt() -> None:
+    # The golden file recorded on the reference guest (stub server) must match the frozen
+    # prompt sets: a changed prompt or budget is caught here, not in a VM run.
+    from vmtests.certify.context import Options  # noqa: PLC0415
+    from vmtests.certify.run import golden_specs  # noqa: PLC0415
+
+    key = server_key("0.11.0+vmtests.stub", "qwen36", "/models/qwen36")
+    store = GoldenStore("cfx-llm2", key)
+    specs = golden_specs(Options())
+    assert len(specs) == len(store.outputs()) == 71
+    for spec in specs:
+        store.judge(spec, "0" * 64)  # raises GoldenMissing on a missing or changed entry

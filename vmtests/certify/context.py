@@ -40,7 +40,7 @@ class Options:
     ab_blocks: int = 3
     ab_concurrency: int = 8
     min_mem_gib: float = MIN_MEM_GIB
-    min_disk_gib: float = 2.0
+    min_disk_gib: float = 1.0
     correctness_tokens: int = 48
     concurrency_tokens: int = 32
     ab_tokens: int = 64

@@ -2,9 +2,9 @@
 
 - A/B: ``blocks`` ABBA blocks; every arm run is a real switch to its configuration (installed,
   restarted through the unit with the stop checked, banners and digest verified), then the
-  same frozen prompts and seed at concurrency 8. Per run: makespan, TTFT p95 and the mean
-  decode step. Each block gives one pair (mean of its two A runs, mean of its two B runs); the
-  ratio B/A of each figure gets a paired bootstrap 95 % CI, and the decode step's ratio gets
+  same frozen prompts and seed at concurrency 8. Per run: makespan, TTFT p95 and the median
+  of the requests' mean decode steps. Each block gives one pair (mean of its two A runs, mean
+  of its two B runs); the ratio B/A of each figure gets a paired bootstrap 95 % CI, and the decode step's ratio gets
   the advisory's decision (``stats.noise_band_decision``). Runs that were not interleaved are
   never compared.
 - B=1 decode: a realistic prompt of several hundred tokens, ``decode_repeats`` times, each
@@ -31,13 +31,13 @@ QUERY_COUNTER = "vllm:prefix_cache_queries_total"
 
 
 def run_figures(batch: BatchResult) -> dict[str, float]:
-    """Makespan, TTFT p95 and mean decode step of one batch (seconds)."""
+    """Makespan, TTFT p95 and the median per-request decode step of one batch (seconds)."""
     ttfts = [r.ttft for r in batch.records if r.ttft is not None]
     steps = [r.decode_step for r in batch.records if r.decode_step is not None]
     return {
         "makespan": batch.makespan,
         "ttft_p95": stats.percentile(ttfts, 95) if ttfts else float("nan"),
-        "decode_step": stats.mean(steps) if steps else float("nan"),
+        "decode_step": stats.percentile(steps, 50) if steps else float("nan"),
     }
 
 

@@ -165,7 +165,7 @@ def config_digest(snapshot: Snapshot) -> str:
 
 def booted_system(machine: Machine) -> str:
     """``/run/booted-system`` on NixOS; on another system, says so."""
-    result = machine.execute("readlink -f /run/booted-system", timeout=30)
+    result = machine.execute("test -e /run/booted-system && readlink -f /run/booted-system", 30)
     return result.stdout_text.strip() if result.rc == 0 else "n/a (not NixOS)"
 
 

@@ -4,9 +4,9 @@
   restarted through the unit with the stop checked, banners and digest verified), then the
   same frozen prompts and seed at concurrency 8. Per run: makespan, TTFT p95 and the median
   of the requests' mean decode steps. Each block gives one pair (mean of its two A runs, mean
-  of its two B runs); the ratio B/A of each figure gets a paired bootstrap 95 % CI, and the decode step's ratio gets
-  the advisory's decision (``stats.noise_band_decision``). Runs that were not interleaved are
-  never compared.
+  of its two B runs); the ratio B/A of each figure gets a paired bootstrap 95 % CI, and the
+  decode step's ratio gets the advisory's decision (``stats.noise_band_decision``). Runs that
+  were not interleaved are never compared.
 - B=1 decode: a realistic prompt of several hundred tokens, ``decode_repeats`` times, each
   output's sha checked, so that the figure can be cited.
 - Cold vs warm: a fresh server (restart through the unit, stop checked), then per size (8k,

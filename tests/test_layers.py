@@ -37,7 +37,7 @@ ALLOWED: dict[str, set[str]] = {
         "guest",
         "scenario",
         "tt_smi_parse",
-    },
+    , "report"},
     "report": {"contracts", "profiles", "scenario"},
     "bench": {"contracts", "driver", "guest", "stub"},
     "cli": {"*"},

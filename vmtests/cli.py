@@ -1,8 +1,10 @@
-"""The ``vmtests`` command: ``run``, ``selftest`` and ``bench``.
+"""The ``vmtests`` command: ``run``, ``selftest``, ``certify`` and ``bench``.
 
 ``vmtests run --profile P --target T`` runs the persistence scenario on one machine and writes
 reports; ``vmtests selftest`` runs it on fresh reference guests for the shipped production
-profiles, then the negative controls; ``vmtests bench`` hands over to ``vmtests.bench``.
+profiles, then the negative controls; ``vmtests certify`` is the hardware certification run
+(``vmtests.certify.command``, its own exit statuses); ``vmtests bench`` hands over to
+``vmtests.bench``.
 
 Exit status: 0 when every check passed, 1 when a check failed or a control went undetected,
 2 for bad arguments or a missing profile, 3 when the run itself broke (a driver error), 130 on
@@ -19,6 +21,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from vmtests.certify.command import add_parser as add_certify_parser
+from vmtests.certify.command import command_certify
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
@@ -83,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     selftest.add_argument("--skip-controls", action="store_true", help="scenario only")
     commands.add_parser("bench", help="driver benchmarks (vmtests.bench)", add_help=False)
+    add_certify_parser(commands)
     return parser
 
 
@@ -229,6 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return command_run(args)
+        if args.command == "certify":
+            return command_certify(args)
         return command_selftest(args)
     except (UsageError, TargetError) as error:
         print(f"vmtests {args.command}: error: {error}", file=sys.stderr)

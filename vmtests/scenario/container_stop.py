@@ -107,7 +107,7 @@ def start_leftover_container(machine: Machine, switch: ReferenceSwitch) -> str:
         + " ".join(map(shlex.quote, target.args)),
         timeout=120,
     ).strip()
-    machine.wait_until_succeeds(f"curl -sf -m 5 http://127.0.0.1:{target.port}/health", 180)
+    wait_ready(machine, target.port, timeout=180)
     return container_id
 
 

@@ -1,0 +1,32 @@
+"""The certification on a real P150 host: marked ``hw``, runs only with ``--hw-opt-in`` and an
+``ssh://`` ``--target`` (the plugin skips it otherwise). Same code as ``vmtests certify``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vmtests.certify.arms import NoSwitch
+from vmtests.certify.run import certify
+from vmtests.driver.machine import Machine
+from vmtests.profiles import Profile
+
+pytestmark = pytest.mark.hw
+
+
+def test_hardware_certifies(
+    vmtests_machine: Machine,
+    vmtests_profile: Profile,
+    vmtests_target: str,
+    vmtests_report_dir: Path,
+) -> None:
+    vmtests_machine.start()
+    result = certify(
+        vmtests_machine,
+        vmtests_profile,
+        target=vmtests_target,
+        installer=NoSwitch(),  # no A/B here: `vmtests certify --ab ... --switch-command` does it
+        report_dir=vmtests_report_dir / "certify",
+    )
+    assert result.exit_status == 0, result.verdict

@@ -1,0 +1,251 @@
+"""``vmtests certify`` end to end against ONE reference guest with the stub (CI).
+
+The guest is booted once for this module (module-scoped fixture) with the production profile
+deployed; each test sets the stub's knobs it needs in an ``/etc`` drop-in (a durable place, so
+the preflight's persistence checks stay clean) and restarts the unit through systemd. CI time is
+kept small by the stub's time scale, never by lowering the gates' request counts; the A/B runs
+2 ABBA blocks here instead of the default 3 (the per-run request count is unchanged), in its own
+tests with a larger time scale (the full run certifies without --ab, which is optional).
+
+Each gate is shown passing (the correct configuration certifies) and failing (fault knobs, a
+step factor, a memory hog, a SIGKILL on stop).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from vmtests.certify import gates_perf, stats
+from vmtests.certify.arms import Configuration, ReferenceInstaller, deploy_reference
+from vmtests.certify.context import Options
+from vmtests.certify.loadgen import BatchResult
+from vmtests.certify.model import CertificationResult
+from vmtests.certify.run import certify
+from vmtests.contracts.instrumentation import GUEST_MEMORY_MB
+from vmtests.contracts.serving import SERVING_PORT, SERVING_UNIT
+from vmtests.driver.qemu import QemuMachine
+from vmtests.guest.image import ReferenceImage, start_reference_guest
+from vmtests.profiles import load_profile
+from vmtests.scenario.reference_switch import systemd_quote
+from vmtests.scenario.switching import wait_ready
+from vmtests.stub import knobs
+
+pytestmark = pytest.mark.vm
+
+KNOB_DROP_IN = f"/etc/systemd/system/{SERVING_UNIT}.d/90-vmtests-knobs.conf"
+KILL_DROP_IN = f"/etc/systemd/system/{SERVING_UNIT}.d/91-vmtests-kill.conf"
+CI_TIME_SCALE = "0.05"
+# The A/B measures decode steps: at 0.5 a modelled step (24 ms x batch growth) is well above the
+# guest's own per-token CPU cost under TCG, so the arms differ by the model, not by the emulator.
+AB_TIME_SCALE = "0.5"
+# Resident decode and argmax both at 1.0: the two arms differ in configuration, not in speed.
+NO_EFFECT = json.dumps({"deviceResident": 1.0, "deviceArgmax": 1.0})
+# The boot-time hugepage reservation (the cfx-llm2 profile's 2 x 1 GiB) on the kernel command
+# line: the runtime reservation of the scenario's install step costs minutes of memory
+# compaction under TCG; the units and checks are the same.
+HUGEPAGES_CMDLINE = "hugepagesz=1G hugepages=2"
+
+
+def set_knobs(machine: QemuMachine, **env: str) -> None:
+    """Put the stub knobs ``env`` in an /etc drop-in and restart the unit (graceful stop)."""
+    text = "[Service]\n" + "".join(
+        f"Environment={systemd_quote(f'{k}={v}')}\n" for k, v in env.items()
+    )
+    machine.write_file(KNOB_DROP_IN, text)
+    machine.succeed("systemctl daemon-reload")
+    machine.succeed(f"systemctl restart {SERVING_UNIT}", timeout=180)
+    wait_ready(machine, SERVING_PORT, timeout=180)
+
+
+@pytest.fixture(scope="module")
+def guest(
+    reference_image: ReferenceImage, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[QemuMachine]:
+    """One reference guest serving cfx-llm2 (stub), shared by every test of this module."""
+    machine = start_reference_guest(
+        tmp_path_factory.mktemp("certify-guest"),
+        name="certify",
+        image=reference_image,
+        memory_mb=GUEST_MEMORY_MB,
+        forward_ports=(SERVING_PORT,),
+        append_extra=HUGEPAGES_CMDLINE,
+    )
+    try:
+        machine.write_file(KNOB_DROP_IN, "[Service]\n")
+        deploy_reference(machine, Configuration.of(load_profile("cfx-llm2")), SERVING_PORT)
+        yield machine
+    finally:
+        machine.close()
+
+
+def run(
+    machine: QemuMachine, report: Path, ab: str | None = None, **options: object
+) -> CertificationResult:
+    """Certify cfx-llm2 on the guest with the repository's golden values."""
+    return certify(
+        machine,
+        load_profile("cfx-llm2"),
+        target="qemu:reference",
+        installer=ReferenceInstaller(),
+        report_dir=report,
+        options=Options(**options),  # type: ignore[arg-type]
+        ab_profile=load_profile(ab) if ab else None,
+    )
+
+
+def test_correct_configuration_certifies(guest: QemuMachine, tmp_path: Path) -> None:
+    set_knobs(guest, **{knobs.TIME_SCALE: CI_TIME_SCALE})
+    result = run(guest, tmp_path)
+    statuses = {gate.name: gate.status for gate in result.gates}
+    assert result.exit_status == 0, (result.verdict, [g.problems[:3] for g in result.gates])
+    assert statuses == dict.fromkeys(
+        ["preflight", "smoke", "extended", "concurrency", "decode_b1", "cold_warm"], "passed"
+    )
+    conc = result.gate("concurrency")
+    assert conc is not None
+    assert conc.numbers["n"] == 256
+    assert conc.numbers["failures"] == 0
+    assert conc.numbers["clopper_pearson_upper_95"] == pytest.approx(0.011634, abs=1e-6)
+    cold_warm = result.gate("cold_warm")
+    assert cold_warm is not None
+    for size in ("8k", "16k", "32k"):
+        cold = cold_warm.numbers["phases"]["cold"][size]
+        warm = cold_warm.numbers["phases"]["warm"][size]
+        assert warm["prefix_cache_hit_ratio"] > cold["prefix_cache_hit_ratio"]
+        assert warm["ttft_p95"] < cold["ttft_p95"]
+    assert result.left_on == "cfx-llm2"
+    data = json.loads((tmp_path / "certificate.json").read_text())
+    assert len(data["requests"]) == len(result.requests) > 256
+    assert (tmp_path / "certificate.md").read_text().startswith("# CERTIFIED")
+
+
+def test_fail_rate_fails_the_bound_with_its_numbers(guest: QemuMachine, tmp_path: Path) -> None:
+    set_knobs(
+        guest,
+        **{knobs.TIME_SCALE: CI_TIME_SCALE, knobs.FAIL_RATE: "0.02", knobs.FAULT_SEED: "7"},
+    )
+    result = run(guest, tmp_path, only=("concurrency",))
+    gate = result.gate("concurrency")
+    assert gate is not None
+    assert gate.status == "failed"
+    assert result.exit_status == 1
+    failed = [r for r in result.requests if r.status == 500]
+    assert failed, "a 2 % fail rate over 256 requests produced no HTTP 500"
+    assert gate.numbers["failures"] == len(failed)
+    assert gate.numbers["failure_kinds"] == {"http-500": len(failed)}
+    expected = stats.clopper_pearson_upper(len(failed), 256)
+    assert gate.numbers["clopper_pearson_upper_95"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("knob", "value", "finding"),
+    [(knobs.DEGENERATE, "1", "degenerate output"), (knobs.OUTPUT_SALT, "drift", "wrong output")],
+)
+def test_bad_outputs_fail_correctness(
+    guest: QemuMachine, tmp_path: Path, knob: str, value: str, finding: str
+) -> None:
+    set_knobs(guest, **{knobs.TIME_SCALE: CI_TIME_SCALE, knob: value})
+    result = run(guest, tmp_path, only=("smoke", "extended"))
+    for name, count in (("smoke", 5), ("extended", 11)):
+        gate = result.gate(name)
+        assert gate is not None
+        assert gate.status == "failed"
+        assert gate.numbers["failed"] == count
+        assert all(finding in problem for problem in gate.problems), gate.problems
+    assert result.exit_status == 1
+
+
+def test_ab_without_a_factor_stays_inside_the_noise_band(
+    guest: QemuMachine, tmp_path: Path
+) -> None:
+    set_knobs(guest, **{knobs.TIME_SCALE: AB_TIME_SCALE, knobs.STEP_FACTORS: NO_EFFECT})
+    result = run(guest, tmp_path, ab="resident", only=("ab",), ab_blocks=2)
+    gate = result.gate("ab")
+    assert gate is not None
+    assert gate.status == "passed", gate.problems
+    assert gate.numbers["decision"] == "inside-noise-band", gate.numbers["decision_text"]
+    assert len(result.switches) == 8  # 2 ABBA blocks, each arm a real switch
+    assert all(switch.ok for switch in result.switches)
+    assert [s.configuration for s in result.switches[:4]] == [
+        "cfx-llm2", "resident", "resident", "cfx-llm2",
+    ]  # fmt: skip
+    assert result.left_on == "cfx-llm2"
+
+
+def test_ab_step_factor_leaves_the_noise_band(guest: QemuMachine, tmp_path: Path) -> None:
+    factors = json.dumps({"deviceResident": 0.8, "deviceArgmax": 1.0})
+    set_knobs(guest, **{knobs.TIME_SCALE: AB_TIME_SCALE, knobs.STEP_FACTORS: factors})
+    result = run(guest, tmp_path, ab="resident", only=("ab",), ab_blocks=2)
+    gate = result.gate("ab")
+    assert gate is not None
+    assert gate.numbers["decision"] == "faster", gate.numbers.get("decision_text")
+    ratio = gate.numbers["ratios"]["decode_step"]
+    assert ratio["ci_high"] < 1 - stats.NOISE_BAND
+    assert result.left_on == "cfx-llm2"
+
+
+def test_memory_hog_makes_preflight_refuse(guest: QemuMachine, tmp_path: Path) -> None:
+    set_knobs(guest, **{knobs.TIME_SCALE: CI_TIME_SCALE})
+    available = int(guest.succeed("awk '/MemAvailable/ {print $2}' /proc/meminfo"))
+    hog_kib = available - 3 * 1024 * 1024  # leave 3 GiB: below the 4 GiB floor
+    guest.succeed(
+        f"mkdir -p /mnt/hog && mount -t tmpfs -o size={hog_kib + 65536}k hog /mnt/hog "
+        f"&& fallocate -l {hog_kib}k /mnt/hog/fill",
+        timeout=300,
+    )
+    try:
+        result = run(guest, tmp_path)
+    finally:
+        guest.succeed("umount /mnt/hog")
+    assert result.status == "refused"
+    assert result.exit_status == 3
+    assert [gate.name for gate in result.gates] == ["preflight"]
+    assert "below the 4.0 GiB floor" in result.error
+    assert result.left_on == "cfx-llm2"
+
+
+def test_sigkill_on_stop_fails_the_stop_check(guest: QemuMachine, tmp_path: Path) -> None:
+    set_knobs(guest, **{knobs.TIME_SCALE: CI_TIME_SCALE})
+    # The stop kills the server (what `docker stop -t 60` does when the grace time runs out).
+    guest.write_file(KILL_DROP_IN, "[Service]\nKillSignal=SIGKILL\n")
+    guest.succeed("systemctl daemon-reload")
+    try:
+        result = run(guest, tmp_path, only=("cold_warm",))
+    finally:
+        guest.succeed(f"rm -f {KILL_DROP_IN} && systemctl daemon-reload")
+    gate = result.gate("cold_warm")
+    assert gate is not None
+    assert gate.status == "failed"
+    assert gate.numbers["restart_stop"]["exec_main_status"] == 9
+    assert "KILLED" in gate.problems[0]
+    assert result.exit_status == 1
+
+
+def test_interrupt_restores_the_starting_configuration(
+    guest: QemuMachine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    set_knobs(guest, **{knobs.TIME_SCALE: CI_TIME_SCALE, knobs.STEP_FACTORS: NO_EFFECT})
+    measured: list[BatchResult] = []
+    original = gates_perf.run_figures
+
+    def interrupt_in_arm_b(batch: BatchResult) -> dict[str, float]:
+        measured.append(batch)
+        if len(measured) == 2:  # the first B run of the first ABBA block: the host is on B
+            raise KeyboardInterrupt
+        return original(batch)
+
+    monkeypatch.setattr(gates_perf, "run_figures", interrupt_in_arm_b)
+    result = run(guest, tmp_path, ab="resident", only=("ab",), ab_blocks=2)
+    assert result.status == "interrupted"
+    assert result.exit_status == 3
+    assert [s.configuration for s in result.switches] == ["cfx-llm2", "resident", "cfx-llm2"]
+    assert result.switches[-1].reason == "restore the starting configuration"
+    assert result.switches[-1].ok
+    assert result.left_on == "cfx-llm2"
+    data = json.loads((tmp_path / "certificate.json").read_text())
+    assert data["status"] == "interrupted"
+    assert data["left_on"] == "cfx-llm2"

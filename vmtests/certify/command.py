@@ -1,0 +1,155 @@
+"""``vmtests certify``: the command line of the certification run (hooked into ``vmtests.cli``).
+
+    vmtests certify --target qemu:reference --profile cfx-llm2 --ab resident --report-dir DIR
+    vmtests certify --target ssh://root@cfx-llm2 --hw-opt-in --profile cfx-llm2 --ab resident \\
+        --switch-command 'nixos-rebuild switch --flake /etc/nixos#{profile}' --report-dir DIR
+
+Exit status: 0 certified, 1 a gate failed, 2 usage, 3 the run could not complete (preflight
+refused, host unreachable, no golden values, interrupted); the certificate says which.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from vmtests.certify.arms import (
+    CommandInstaller,
+    Configuration,
+    Installer,
+    NoSwitch,
+    ReferenceInstaller,
+    deploy_reference,
+)
+from vmtests.certify.context import MIN_MEM_GIB, MIN_REQUESTS, Options
+from vmtests.certify.model import EXIT_CERTIFIED, EXIT_INCOMPLETE, EXIT_USAGE
+from vmtests.certify.plan import ALL_GATES, build_plan, render_plan
+from vmtests.certify.run import certify
+from vmtests.contracts.instrumentation import GUEST_MEMORY_MB
+from vmtests.contracts.serving import SERVING_PORT
+from vmtests.driver.errors import DriverError
+from vmtests.guest.targets import TargetError, machine_from_target
+from vmtests.profiles import Profile, ProfileError, load_profile
+from vmtests.scenario.redact import redact_text
+
+REFERENCE_TARGET = "qemu:reference"
+REFERENCE_RESTART_SECONDS = 15.0
+
+
+class CertifyUsageError(Exception):
+    """A bad argument combination (exit status 2)."""
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``certify`` on the ``vmtests`` sub-command parser."""
+    parser = commands.add_parser("certify", help="the hardware certification run (owner's gates)")
+    parser.add_argument("--target", default=REFERENCE_TARGET, help="qemu:reference | ssh://...")
+    parser.add_argument("--profile", required=True, help="the configuration to certify (A)")
+    parser.add_argument(
+        "--ab", metavar="PROFILE", help="A/B against this profile (B), e.g. resident"
+    )
+    parser.add_argument("--requests", type=int, default=MIN_REQUESTS, help="concurrency gate n")
+    parser.add_argument("--ab-blocks", type=int, default=3, help="ABBA blocks of the A/B")
+    parser.add_argument("--min-mem-gib", type=float, default=MIN_MEM_GIB, help="never below 4")
+    parser.add_argument("--record-golden", action="store_true", help="record golden shas only")
+    parser.add_argument("--plan", action="store_true", help="print the steps; change nothing")
+    parser.add_argument("--only", help=f"comma-separated gates ({', '.join(ALL_GATES[1:])})")
+    parser.add_argument("--report-dir", type=Path, default=Path("vmtests-certificate"))
+    parser.add_argument("--switch-command", help="switch template for ssh targets ({profile})")
+    parser.add_argument("--container", help="the serving container (docker inspect)")
+    parser.add_argument("--port", type=int, default=SERVING_PORT, help="serving port on the host")
+    parser.add_argument("--hw-opt-in", action="store_true", help="required for ssh:// targets")
+
+
+def _profile(name: str) -> Profile:
+    try:
+        return load_profile(name)
+    except ProfileError as error:
+        raise CertifyUsageError(str(error)) from error
+
+
+def _options(args: argparse.Namespace) -> Options:
+    only = tuple(name.strip() for name in (args.only or "").split(",") if name.strip())
+    unknown = sorted(set(only) - set(ALL_GATES))
+    if unknown:
+        raise CertifyUsageError(f"--only: unknown gate(s) {unknown}; gates: {ALL_GATES[1:]}")
+    if args.requests < 1 or args.ab_blocks < 1:
+        raise CertifyUsageError("--requests and --ab-blocks must be positive")
+    return Options(
+        requests=args.requests, ab_blocks=args.ab_blocks, min_mem_gib=args.min_mem_gib, only=only
+    )
+
+
+def _installer(args: argparse.Namespace) -> Installer | None:
+    if args.target.startswith("ssh://") and not args.hw_opt_in:
+        raise CertifyUsageError(
+            f"--target {args.target} is a real host: certification restarts its serving "
+            "unit and switches its configuration; pass --hw-opt-in to allow that"
+        )
+    if args.target == REFERENCE_TARGET:
+        return ReferenceInstaller()
+    if args.switch_command:
+        return CommandInstaller(args.switch_command)
+    if args.ab:
+        raise CertifyUsageError(f"--ab on {args.target} needs --switch-command (with {{profile}})")
+    return None
+
+
+def command_certify(args: argparse.Namespace) -> int:
+    """``vmtests certify``; returns the exit status."""
+    try:
+        profile, ab_profile = _profile(args.profile), _profile(args.ab) if args.ab else None
+        options = _options(args)
+        installer = _installer(args)
+    except CertifyUsageError as error:
+        print(f"vmtests certify: error: {error}")
+        return EXIT_USAGE
+    restart = REFERENCE_RESTART_SECONDS if args.target == REFERENCE_TARGET else 300.0
+    switch = installer.description if installer else "no switch command"
+    if args.plan:
+        steps = build_plan(
+            options, profile=profile.name, ab_profile=args.ab, switch=switch,
+            record_golden=args.record_golden, restart_seconds=restart,
+        )  # fmt: skip
+        print(f"vmtests certify --plan: {args.target}, nothing will be changed\n")
+        print(render_plan(steps))
+        return EXIT_CERTIFIED
+    return _run(args, profile, ab_profile, options, installer)
+
+
+def _run(
+    args: argparse.Namespace,
+    profile: Profile,
+    ab_profile: Profile | None,
+    options: Options,
+    installer: Installer | None,
+) -> int:
+    reference = args.target == REFERENCE_TARGET
+    extra = {"memory_mb": GUEST_MEMORY_MB} if reference else {}
+    with tempfile.TemporaryDirectory(prefix="vmtests-certify-") as state:
+        try:
+            machine = machine_from_target(args.target, Path(state), **extra)
+        except TargetError as error:
+            print(f"vmtests certify: error: {error}")
+            return EXIT_USAGE
+        try:
+            machine.start()
+            if reference:
+                deploy_reference(machine, Configuration.of(profile), args.port)
+            result = certify(
+                machine, profile, target=args.target,
+                installer=installer or NoSwitch(), report_dir=args.report_dir,
+                options=options, ab_profile=ab_profile, record=args.record_golden,
+                port=args.port, container=args.container,
+            )  # fmt: skip
+        except DriverError as error:
+            print(f"vmtests certify: the run could not start: {redact_text(str(error))}")
+            return EXIT_INCOMPLETE
+        finally:
+            machine.close()
+    print(f"\n{result.verdict}")
+    for gate in result.gates:
+        print(f"  {gate.name}: {gate.status}: {redact_text(gate.summary)}")
+    print(f"left on: {result.left_on}; certificate in {args.report_dir}")
+    return result.exit_status

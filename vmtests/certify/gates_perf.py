@@ -1,0 +1,211 @@
+"""The performance gates: the interleaved A/B, the B=1 decode step, cold vs warm.
+
+- A/B: ``blocks`` ABBA blocks; every arm run is a real switch to its configuration (installed,
+  restarted through the unit with the stop checked, banners and digest verified), then the
+  same frozen prompts and seed at concurrency 8. Per run: makespan, TTFT p95 and the median
+  of the requests' mean decode steps. Each block gives one pair (mean of its two A runs, mean
+  of its two B runs); the ratio B/A of each figure gets a paired bootstrap 95 % CI, and the
+  decode step's ratio gets the advisory's decision (``stats.noise_band_decision``). Runs that
+  were not interleaved are never compared.
+- B=1 decode: a realistic prompt of several hundred tokens, ``decode_repeats`` times, each
+  output's sha checked, so that the figure can be cited.
+- Cold vs warm: a fresh server (restart through the unit, stop checked), then per size (8k,
+  16k, 32k) the same prompts twice: cold, then warm. Makespan, TTFT p95 and the prefix-cache
+  hit ratio (``vllm:prefix_cache_hits_total`` / ``vllm:prefix_cache_queries_total`` deltas,
+  vLLM ``v1/metrics/loggers.py``) are reported per phase, never merged.
+"""
+
+from __future__ import annotations
+
+from vmtests.certify import hostops, prompts, stats
+from vmtests.certify.context import Context, spec
+from vmtests.certify.gates import judge_records
+from vmtests.certify.loadgen import BatchResult
+from vmtests.certify.model import FAILED, PASSED, GateResult
+
+AB_PATTERN = "ABBA"
+MIN_BLOCKS = 2
+MIN_DECODE_PROMPT_TOKENS = 256
+HIT_COUNTER = "vllm:prefix_cache_hits_total"
+QUERY_COUNTER = "vllm:prefix_cache_queries_total"
+
+
+def run_figures(batch: BatchResult) -> dict[str, float]:
+    """Makespan, TTFT p95 and the median per-request decode step of one batch (seconds)."""
+    ttfts = [r.ttft for r in batch.records if r.ttft is not None]
+    steps = [r.decode_step for r in batch.records if r.decode_step is not None]
+    return {
+        "makespan": batch.makespan,
+        "ttft_p95": stats.percentile(ttfts, 95) if ttfts else float("nan"),
+        "decode_step": stats.percentile(steps, 50) if steps else float("nan"),
+    }
+
+
+def ab(ctx: Context) -> GateResult:
+    """The interleaved A/B of ``ctx.base`` (A) against ``ctx.arm_b`` (B)."""
+    gate = GateResult("ab")
+    b_config = ctx.arm_b
+    if b_config is None:
+        gate.summary = "not requested (--ab)"
+        return gate
+    arms = {"A": ctx.base, "B": b_config}
+    if ctx.options.ab_blocks < MIN_BLOCKS:
+        gate.error(f"{ctx.options.ab_blocks} block(s): a paired CI needs at least {MIN_BLOCKS}")
+        return gate
+    for arm, config in arms.items():
+        # The advisory's A/B: prefix caching on in both arms (the profiles say so).
+        if config.profile.module_banner.get("prefix-caching") != "on":
+            gate.error(f"arm {arm} ({config.name}) does not expect prefix caching on")
+    if gate.problems:
+        return gate
+    specs = [spec(p, ctx.options.ab_tokens, ctx.options.seed) for p in prompts.ab_prompts()]
+    runs: list[dict[str, object]] = []
+    pairs: dict[str, tuple[list[float], list[float]]] = {
+        key: ([], []) for key in ("decode_step", "makespan", "ttft_p95")
+    }
+    for block in range(ctx.options.ab_blocks):
+        per_arm: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
+        for position, arm in enumerate(AB_PATTERN):
+            label = f"block-{block + 1}-{arm}{position + 1}"
+            switch = ctx.switch(arms[arm], reason=f"A/B {label}")
+            if not switch.ok:
+                gate.fail(f"{label}: switch to {arms[arm].name}: " + "; ".join(switch.failures))
+                continue
+            batch = ctx.batch(
+                specs, concurrency=ctx.options.ab_concurrency, stage="ab", label=label
+            )
+            judge_records(gate, batch.records, ctx)
+            figures = run_figures(batch)
+            per_arm[arm].append(figures)
+            runs.append({"block": block + 1, "arm": arm, "label": label, **figures})
+        if len(per_arm["A"]) == 2 and len(per_arm["B"]) == 2:
+            for key, (a_values, b_values) in pairs.items():
+                a_values.append(stats.mean([f[key] for f in per_arm["A"]]))
+                b_values.append(stats.mean([f[key] for f in per_arm["B"]]))
+    gate.numbers.update(
+        arms={"A": ctx.base.name, "B": b_config.name},
+        pattern=AB_PATTERN,
+        blocks=ctx.options.ab_blocks,
+        concurrency=ctx.options.ab_concurrency,
+        requests_per_run=len(specs),
+        runs=runs,
+    )
+    if gate.status == FAILED or not pairs["decode_step"][0]:
+        gate.summary = "A/B invalid: " + (gate.problems[0] if gate.problems else "no block")
+        return gate
+    ratios = {
+        key: stats.bootstrap_ratio_ci(a_values, b_values)
+        for key, (a_values, b_values) in pairs.items()
+    }
+    decision = stats.noise_band_decision(ratios["decode_step"])
+    gate.numbers.update(
+        ratios={key: estimate.to_dict() for key, estimate in ratios.items()},
+        decision=decision.verdict,
+        decision_text=decision.text,
+        noise_band=stats.NOISE_BAND,
+    )
+    if decision.verdict == "inconclusive":
+        gate.fail(decision.text)
+    elif gate.status != "error":
+        gate.status = PASSED
+    gate.summary = f"decode step {decision.text}"
+    return gate
+
+
+def decode_b1(ctx: Context) -> GateResult:
+    """The B=1 decode step with a realistic prompt, each output's sha checked."""
+    gate = GateResult("decode_b1")
+    request = spec(prompts.DECODE, ctx.options.decode_tokens)
+    records = []
+    for repeat in range(ctx.options.decode_repeats):
+        batch = ctx.batch([request], concurrency=1, stage="decode_b1", label=f"run-{repeat + 1}")
+        records += batch.records
+    judge_records(gate, records, ctx)
+    steps = [r.decode_step for r in records if r.decode_step is not None]
+    gate.numbers.update(
+        prompt_tokens=records[0].prompt_tokens if records else None,
+        output_tokens=request.max_tokens,
+        repeats=len(records),
+        decode_step_ms=[1000 * s for s in steps],
+        decode_step_mean_ms=1000 * stats.mean(steps) if steps else None,
+        output_shas=sorted({r.output_sha for r in records}),
+    )
+    prompt_tokens = gate.numbers["prompt_tokens"] or 0
+    if prompt_tokens < MIN_DECODE_PROMPT_TOKENS:
+        gate.fail(
+            f"the server counted {prompt_tokens} prompt tokens: a decode figure from a prompt "
+            f"under {MIN_DECODE_PROMPT_TOKENS} tokens cannot be cited (the advisory's 26-token one)"
+        )
+    if len(gate.numbers["output_shas"]) > 1:
+        gate.fail("the same greedy prompt gave different outputs across repeats")
+    if not gate.problems:
+        gate.status = PASSED
+    mean_ms = gate.numbers["decode_step_mean_ms"]
+    gate.summary = (
+        f"{mean_ms:.2f} ms/step over {len(steps)} runs, "
+        f"prompt {gate.numbers['prompt_tokens']} tokens"
+        if mean_ms is not None
+        else "no decode step measured"
+    )
+    return gate
+
+
+def counter_total(metrics_text: str, name: str) -> float:
+    """The sum of a Prometheus counter over all its label sets."""
+    total = 0.0
+    for line in metrics_text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def _counters(ctx: Context) -> tuple[float, float]:
+    status, text = ctx.generator.get("/metrics")
+    if status != 200:
+        raise RuntimeError(f"/metrics answered {status}")
+    return counter_total(text, HIT_COUNTER), counter_total(text, QUERY_COUNTER)
+
+
+def cold_warm(ctx: Context) -> GateResult:
+    """Cold (fresh server) then warm, per prompt size, with the prefix-cache hit ratio."""
+    gate = GateResult("cold_warm")
+    outcome = hostops.restart_checked(ctx.machine, ctx.port)
+    gate.numbers["restart_stop"] = outcome.to_dict()
+    if not outcome.ok:
+        gate.fail(f"restart for the cold phase: {outcome.message}")
+        gate.summary = outcome.message
+        return gate
+    sets = prompts.long_prompts()
+    phases: dict[str, dict[str, dict[str, float | int | None]]] = {"cold": {}, "warm": {}}
+    for phase, figures in phases.items():
+        for size, prompt_set in sets.items():
+            specs = [spec(p, ctx.options.long_tokens) for p in prompt_set]
+            hits0, queries0 = _counters(ctx)
+            batch = ctx.batch(
+                specs, concurrency=len(specs), stage="cold_warm", label=f"{phase}-{size}"
+            )
+            hits1, queries1 = _counters(ctx)
+            judge_records(gate, batch.records, ctx)
+            queried = queries1 - queries0
+            figures[size] = {
+                **run_figures(batch),
+                "prompt_tokens": max((r.prompt_tokens or 0) for r in batch.records),
+                "prefix_cache_hit_ratio": (hits1 - hits0) / queried if queried else None,
+            }
+    gate.numbers["phases"] = phases
+    if not gate.problems:
+        gate.status = PASSED
+    parts = []
+    for size in sets:
+        cold, warm = phases["cold"][size], phases["warm"][size]
+        parts.append(
+            f"{size}: cold {cold['makespan']:.2f} s (hit {_ratio(cold)}) / "
+            f"warm {warm['makespan']:.2f} s (hit {_ratio(warm)})"
+        )
+    gate.summary = "; ".join(parts)
+    return gate
+
+
+def _ratio(figures: dict[str, float | int | None]) -> str:
+    value = figures.get("prefix_cache_hit_ratio")
+    return "n/a" if value is None else f"{float(value):.1%}"

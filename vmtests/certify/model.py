@@ -1,0 +1,107 @@
+"""The certification's data: gate results, the whole run, and its verdict and exit status.
+
+Exit status of ``vmtests certify``: 0 certified, 1 a gate failed, 2 usage (the CLI), 3 the run
+could not complete (preflight refused, host unreachable, a gate could not be judged, e.g. no
+golden values, or the run was interrupted). ``CertificationResult`` is filled as the run goes,
+so the report written in ``finally`` always shows how far it got.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from vmtests.certify.arms import SwitchRecord
+from vmtests.certify.loadgen import RequestRecord
+
+PASSED, FAILED, ERROR, SKIPPED = "passed", "failed", "error", "skipped"
+EXIT_CERTIFIED, EXIT_GATE_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+
+
+@dataclass
+class GateResult:
+    """One gate: its status, the numbers it measured and a one-line summary."""
+
+    name: str
+    status: str = SKIPPED
+    summary: str = ""
+    numbers: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def fail(self, problem: str) -> None:
+        """Record a problem that fails the gate."""
+        self.problems.append(problem)
+        if self.status != ERROR:
+            self.status = FAILED
+
+    def error(self, problem: str) -> None:
+        """Record why the gate could not be judged."""
+        self.problems.append(problem)
+        if self.status != FAILED:  # a definite failure stays a failure
+            self.status = ERROR
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "name": self.name,
+            "status": self.status,
+            "summary": self.summary,
+            "numbers": self.numbers,
+            "problems": self.problems,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+@dataclass
+class CertificationResult:
+    """Everything ``certificate.json`` holds; valid at every moment of the run."""
+
+    profile: str
+    target: str
+    ab: str | None
+    gates: list[GateResult] = field(default_factory=list)
+    requests: list[RequestRecord] = field(default_factory=list)
+    switches: list[SwitchRecord] = field(default_factory=list)
+    identity: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    status: str = "running"  # running | finished | refused | interrupted | error
+    error: str = ""
+    started_on: str = ""
+    left_on: str = ""
+    wall_seconds: float = 0.0
+    loadgen_overhead: dict[str, float] = field(default_factory=dict)
+
+    def gate(self, name: str) -> GateResult | None:
+        """The gate called ``name``, if it ran."""
+        return next((gate for gate in self.gates if gate.name == name), None)
+
+    @property
+    def exit_status(self) -> int:
+        """0 certified, 1 a gate failed, 3 the run could not complete."""
+        if any(gate.status == FAILED for gate in self.gates):
+            return EXIT_GATE_FAILED
+        if self.status != "finished" or any(gate.status == ERROR for gate in self.gates):
+            return EXIT_INCOMPLETE
+        if self.options.get("partial") or not self.gates:
+            return EXIT_INCOMPLETE
+        return EXIT_CERTIFIED  # also: golden values recorded (the verdict says it is no pass)
+
+    @property
+    def verdict(self) -> str:
+        """One line: CERTIFIED, NOT CERTIFIED (which gates) or INCOMPLETE (why)."""
+        failed = [gate.name for gate in self.gates if gate.status == FAILED]
+        errors = [gate.name for gate in self.gates if gate.status == ERROR]
+        if failed:
+            return f"NOT CERTIFIED: gate(s) failed: {', '.join(failed)}"
+        if self.status == "refused":
+            return f"INCOMPLETE: preflight refused: {self.error}"
+        if self.status != "finished":
+            return f"INCOMPLETE: run {self.status}: {self.error}"
+        if errors:
+            return f"INCOMPLETE: gate(s) could not be judged: {', '.join(errors)}"
+        if self.options.get("record_golden"):
+            return f"GOLDEN RECORDED for profile {self.profile} (no gate judged: not a certificate)"
+        if self.options.get("partial"):
+            return "INCOMPLETE: only some gates ran (--only); a partial run never certifies"
+        return f"CERTIFIED: profile {self.profile} on {self.target}"

@@ -1,0 +1,133 @@
+"""``vmtests certify --plan``: every step the run would take, and a time budget; changes nothing.
+
+The budget uses the hardware-like figures of the stub's latency table (``vmtests/stub/latency.py``:
+the B=1 decode control of 48.6 ms, 4 ms per uncached prompt token, 3 % step growth per extra
+running sequence) and a restart time per target (``restart_seconds``), so it is an estimate of
+the order of magnitude, printed with its assumptions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from vmtests.certify import prompts
+from vmtests.certify.context import Options
+from vmtests.certify.gates_perf import AB_PATTERN
+from vmtests.stub import latency
+
+ALL_GATES = ("preflight", "smoke", "extended", "concurrency", "ab", "decode_b1", "cold_warm")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One planned step: the gate, what it does, how many requests, restarts and seconds."""
+
+    gate: str
+    action: str
+    requests: int = 0
+    restarts: int = 0
+    seconds: float = 0.0
+
+
+def _request_seconds(prompt_tokens: int, output_tokens: int, running: int = 1) -> float:
+    prefill = latency.PREFILL_FIXED_MS + prompt_tokens * latency.PREFILL_UNCACHED_MS_PER_TOKEN
+    step = latency.DECODE_STEP_MS * (1 + latency.BATCH_GROWTH_PER_SEQ * (running - 1))
+    return (prefill + output_tokens * step) / 1000
+
+
+def build_plan(
+    options: Options,
+    *,
+    profile: str,
+    ab_profile: str | None,
+    switch: str,
+    record_golden: bool = False,
+    restart_seconds: float = 300.0,
+) -> list[Step]:
+    """The steps of a run with these options (``options.only`` limits the gates)."""
+    wanted = set(options.only or ALL_GATES)
+    steps = [
+        Step(
+            "preflight",
+            "read only: MemAvailable >= "
+            f"{options.min_mem_gib:.0f} GiB, df /, tt-smi -s (p150, driver, device holders), "
+            f"serving unit active, persistence checks of profile {profile}, config digest",
+            seconds=30,
+        )
+    ]
+    if record_golden:
+        every = [*prompts.SMOKE, *prompts.EXTENDED, *prompts.concurrency_prompts()]
+        count = len(every) + len(prompts.ab_prompts()) + 1 + 2 * len(prompts.LONG_SIZES)
+        seconds = sum(_request_seconds(300, options.correctness_tokens) for _ in range(count))
+        seconds += sum(
+            _request_seconds(t, options.long_tokens) for t in prompts.LONG_SIZES.values()
+        )
+        steps.append(
+            Step("record_golden", f"send {count} fixed prompts once at B=1, temperature 0; write "
+                 f"vmtests/certify/golden/{profile}.json (no gate is judged)", count, 0, seconds)
+        )  # fmt: skip
+        return steps
+    for name, prompt_set in (("smoke", prompts.SMOKE), ("extended", prompts.EXTENDED)):
+        if name in wanted:
+            count = len(prompt_set)
+            steps.append(
+                Step(name, f"{count} fixed prompts, B=1, temperature 0, sha vs golden", count,
+                     0, count * _request_seconds(40, options.correctness_tokens))
+            )  # fmt: skip
+    if "concurrency" in wanted:
+        waves = math.ceil(options.requests / options.wave_width)
+        wave = _request_seconds(60, options.concurrency_tokens, options.wave_width)
+        steps.append(
+            Step("concurrency", f"{waves} waves x {options.wave_width} concurrent = "
+                 f"{options.requests} requests on {profile} (pass: 0 failures, n >= 256)",
+                 options.requests, 0, waves * wave)
+        )  # fmt: skip
+    if "ab" in wanted and ab_profile:
+        runs = options.ab_blocks * len(AB_PATTERN)
+        per_run = len(prompts.ab_prompts())
+        rounds = math.ceil(per_run / options.ab_concurrency)
+        run_seconds = rounds * _request_seconds(200, options.ab_tokens, options.ab_concurrency)
+        steps.append(
+            Step("ab", f"{options.ab_blocks} x {AB_PATTERN} blocks: {runs} switches "
+                 f"({switch}; systemctl stop, exit status checked, systemctl start; banners and "
+                 f"digest verified), A={profile} B={ab_profile}, {per_run} requests at "
+                 f"concurrency {options.ab_concurrency} per run", runs * per_run, runs,
+                 runs * (restart_seconds + run_seconds))
+        )  # fmt: skip
+    if "decode_b1" in wanted:
+        steps.append(
+            Step("decode_b1", f"{options.decode_repeats} x B=1 decode of {options.decode_tokens} "
+                 "tokens on a ~500-token prompt, sha checked", options.decode_repeats, 0,
+                 options.decode_repeats * _request_seconds(500, options.decode_tokens))
+        )  # fmt: skip
+    if "cold_warm" in wanted:
+        per_size = 2
+        seconds = restart_seconds + 2 * sum(
+            _request_seconds(t, options.long_tokens, per_size) for t in prompts.LONG_SIZES.values()
+        )
+        steps.append(
+            Step("cold_warm", "1 restart (systemctl stop, exit status checked, start), then "
+                 f"{per_size} prompts per size ({', '.join(prompts.LONG_SIZES)}) cold, then warm; "
+                 "hit ratio from /metrics per phase", 2 * per_size * len(prompts.LONG_SIZES),
+                 1, seconds)
+        )  # fmt: skip
+    if "ab" in wanted and ab_profile:
+        steps.append(Step("finish", f"the host ends on {profile} (each ABBA block ends on A)"))
+    return steps
+
+
+def render_plan(steps: list[Step]) -> str:
+    """The plan as text: one line per step, then the totals."""
+    lines = []
+    for number, step in enumerate(steps, 1):
+        lines.append(
+            f"{number}. [{step.gate}] {step.action}\n     requests {step.requests}, restarts "
+            f"{step.restarts}, about {step.seconds / 60:.1f} min"
+        )
+    total = sum(step.seconds for step in steps)
+    lines.append(
+        f"total: {sum(s.requests for s in steps)} requests, {sum(s.restarts for s in steps)} "
+        f"restarts, time budget about {total / 60:.0f} min (hardware-like latency figures)"
+    )
+    return "\n".join(lines)

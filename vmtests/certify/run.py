@@ -1,0 +1,180 @@
+"""The certification run: preflight, the gates in order, the golden recording, the report.
+
+``certify(...)`` never leaves without writing the certificate (``finally``). On Ctrl-C it puts
+the host back on the configuration it started from (a checked switch) and says in the report
+which configuration the host was left on; a second Ctrl-C during that switch leaves the report
+saying it is unknown and which switch was under way.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+from vmtests.certify import gates, gates_perf, prompts
+from vmtests.certify.arms import Configuration, Installer
+from vmtests.certify.context import Context, Options, spec
+from vmtests.certify.endpoint import serving_endpoint
+from vmtests.certify.golden import GOLDEN_DIR, GoldenStore, server_key
+from vmtests.certify.loadgen import LoadGenerator, RequestSpec, overhead_summary
+from vmtests.certify.model import ERROR, PASSED, CertificationResult, GateResult
+from vmtests.certify.plan import ALL_GATES
+from vmtests.certify.report import write_certificate
+from vmtests.contracts.serving import SERVING_PORT
+from vmtests.driver.errors import DriverError
+from vmtests.driver.log import log
+from vmtests.driver.machine import Machine
+from vmtests.profiles import Profile
+from vmtests.scenario.redact import redact_text
+
+
+def _server_identity(generator: LoadGenerator) -> tuple[str, str]:
+    """(server key for the golden store, served model name) from /version and /v1/models."""
+    status, body = generator.get("/version")
+    version = json.loads(body).get("version", "?") if status == 200 else "?"
+    status, body = generator.get("/v1/models")
+    models = json.loads(body).get("data", []) if status == 200 else []
+    model = models[0] if models else {}
+    model_id, root = str(model.get("id", "?")), str(model.get("root", "?"))
+    return server_key(version, model_id, root), model_id
+
+
+def golden_specs(options: Options) -> list[RequestSpec]:
+    """Every fixed greedy request the gates judge against golden values."""
+    long_sets = prompts.long_prompts()
+    return [
+        *(spec(p, options.correctness_tokens) for p in (*prompts.SMOKE, *prompts.EXTENDED)),
+        *(spec(p, options.concurrency_tokens) for p in prompts.concurrency_prompts()),
+        *(spec(p, options.ab_tokens, options.seed) for p in prompts.ab_prompts()),
+        spec(prompts.DECODE, options.decode_tokens),
+        *(spec(p, options.long_tokens) for group in long_sets.values() for p in group),
+    ]
+
+
+def record_golden(ctx: Context, store: GoldenStore) -> GateResult:
+    """Send every fixed prompt once at B=1 and write their shas (refusing degenerate output)."""
+    gate = GateResult("record_golden")
+    specs = golden_specs(ctx.options)
+    batch = ctx.batch(specs, concurrency=1, stage="record_golden", label="record")
+    bad = [record for record in batch.records if not record.ok]
+    for record in bad:
+        gate.error(f"{record.prompt_id}: {record.error or '; '.join(record.findings)}")
+    if not bad:
+        by_id = {request.prompt_id: request for request in specs}
+        path = store.record(
+            {by_id[r.prompt_id]: r.output_sha for r in batch.records}, ctx.base.digest
+        )
+        gate.status = PASSED
+        gate.numbers.update(prompts=len(specs), file=str(path), server=store.key)
+        gate.summary = f"recorded {len(specs)} golden shas in {path}"
+    return gate
+
+
+def _gate_functions(ctx: Context) -> dict[str, Callable[[], GateResult]]:
+    return {
+        "smoke": lambda: gates.correctness(ctx, "smoke", prompts.SMOKE),
+        "extended": lambda: gates.correctness(ctx, "extended", prompts.EXTENDED),
+        "concurrency": lambda: gates.concurrency(ctx),
+        "ab": lambda: gates_perf.ab(ctx),
+        "decode_b1": lambda: gates_perf.decode_b1(ctx),
+        "cold_warm": lambda: gates_perf.cold_warm(ctx),
+    }
+
+
+def _timed(ctx: Context, name: str, run: Callable[[], GateResult]) -> GateResult:
+    """Run one gate, log it, and write the certificate so far (kept if the runner dies)."""
+    start = time.monotonic()
+    with log.nested(f"gate {name}"):
+        gate = run()
+        gate.seconds = time.monotonic() - start
+        ctx.result.gates.append(gate)
+        log.info(f"{name}: {gate.status}: {redact_text(gate.summary)}")
+    if ctx.report_dir is not None:
+        write_certificate(ctx.result, ctx.report_dir)
+    return gate
+
+
+def _restore(ctx: Context) -> None:
+    """Put the host back on the starting configuration after an interruption."""
+    if ctx.current == ctx.base.name:
+        return
+    with log.nested(f"restoring {ctx.base.name} after the interruption"):
+        ctx.switch(ctx.base, reason="restore the starting configuration")
+
+
+def certify(
+    machine: Machine,
+    profile: Profile,
+    *,
+    target: str,
+    installer: Installer,
+    report_dir: Path,
+    options: Options | None = None,
+    ab_profile: Profile | None = None,
+    record: bool = False,
+    port: int = SERVING_PORT,
+    container: str | None = None,
+    golden_dir: Path = GOLDEN_DIR,
+) -> CertificationResult:
+    """Run the certification on a started ``machine``; the certificate is always written."""
+    options = options or Options()
+    result = CertificationResult(profile.name, target, ab_profile.name if ab_profile else None)
+    result.options = {**asdict(options), "partial": bool(options.only), "record_golden": record}
+    start = time.monotonic()
+    ctx: Context | None = None
+    try:
+        base = Configuration.of(profile)
+        arm_b = Configuration.of(ab_profile) if ab_profile else None
+        with serving_endpoint(machine, port) as url:
+            generator = LoadGenerator(url)
+            key, model = _server_identity(generator)
+            generator.model = model
+            store = GoldenStore(profile.name, key, golden_dir)
+            ctx = Context(
+                machine, generator, installer, base, result, options,
+                golden=None if record else store, port=port, arm_b=arm_b, container=container,
+                report_dir=report_dir,
+            )  # fmt: skip
+            _run(ctx, store, record)
+            result.status = "refused" if result.status == "refused" else "finished"
+    except KeyboardInterrupt:
+        result.status, result.error = "interrupted", "interrupted (Ctrl-C)"
+        if ctx is not None:
+            try:
+                _restore(ctx)
+            except (KeyboardInterrupt, DriverError, OSError) as error:
+                result.error += f"; restoring {ctx.base.name} failed: {type(error).__name__}"
+    except (DriverError, OSError, RuntimeError, ValueError) as error:
+        result.status, result.error = "error", f"{type(error).__name__}: {error}"
+    finally:
+        result.wall_seconds = time.monotonic() - start
+        result.left_on = ctx.current if ctx is not None else "unchanged (nothing was switched)"
+        result.loadgen_overhead = overhead_summary(result.requests)
+        paths = write_certificate(result, report_dir)
+        log.info(f"certificate: {', '.join(str(p) for p in paths.values())}")
+    return result
+
+
+def _run(ctx: Context, store: GoldenStore, record: bool) -> None:
+    result = ctx.result
+    preflight = _timed(ctx, "preflight", lambda: gates.preflight(ctx))
+    result.started_on = ctx.current
+    if preflight.status == ERROR:
+        result.status = "refused"
+        result.error = "; ".join(preflight.problems[:3])
+        return
+    if record:
+        _timed(ctx, "record_golden", lambda: record_golden(ctx, store))
+        return
+    functions = _gate_functions(ctx)
+    for name in ALL_GATES[1:]:
+        if ctx.options.only and name not in ctx.options.only:
+            continue
+        if name == "ab" and ctx.arm_b is None:
+            continue
+        _timed(ctx, name, functions[name])
+    if ctx.current != ctx.base.name:
+        ctx.switch(ctx.base, reason="end on the starting configuration")

@@ -16,8 +16,12 @@ SECRET_NAME = re.compile(r"token|key|secret|password|passwd", re.IGNORECASE)
 _ASSIGNMENT = re.compile(
     r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)=(?P<value>\"[^\"]*\"|'[^']*'|[^\s\"']+)"
 )
-# --flag value / --flag=value inside free text.
-_FLAG = re.compile(r"(?P<flag>--[A-Za-z0-9][A-Za-z0-9_-]*)(?P<sep>=|\s+)(?P<value>[^\s\"']+)")
+# --flag value / --flag=value inside free text; also across a shell line continuation and with
+# a quoted value, as nixpkgs oci-containers.nix writes a container's start script.
+_FLAG = re.compile(
+    r"(?P<flag>--[A-Za-z0-9][A-Za-z0-9_-]*)(?P<sep>=|(?:\s|\\\n)+)"
+    r"(?P<value>\"[^\"]*\"|'[^']*'|[^\s\"']+)"
+)
 
 
 def is_secret_name(name: str) -> bool:

@@ -13,6 +13,7 @@ import shlex
 from collections.abc import Iterable
 
 from vmtests.contracts.features import ENV_FEATURES, env_name
+from vmtests.scenario.container_run import BACKENDS, parse_container_run
 from vmtests.scenario.redact import REDACTED
 from vmtests.scenario.results import CheckResult, failed, passed
 from vmtests.scenario.snapshot import Snapshot, UnitState
@@ -32,6 +33,7 @@ SERVING_SETTINGS = frozenset(
     | {"RootImage", "TimeoutStopSec", "KillSignal", "KillMode", "Type"}
 )
 _EXEC_ARGV = re.compile(r"argv\[\]=(?P<argv>.*?) ; ")
+_EXEC_PATH = re.compile(r"path=(?P<path>\S+) ; ")
 
 
 def is_runtime_path(path: str) -> bool:
@@ -226,9 +228,98 @@ def check_restarted_after_change(snapshot: Snapshot) -> list[CheckResult]:
                     "not restarted",
                 )
             )
+    if process is not None and process.origin == "container":
+        results += _container_not_restarted(snapshot)
     if not results:
         results.append(
             passed(stage, "source.not-restarted", unit.name, "live process matches the unit")
+        )
+    return results
+
+
+def _same(declared: str, live: str | None) -> bool:
+    """Equal, or not comparable because the snapshot redacted either side."""
+    return live is not None and (declared == live or REDACTED in declared or REDACTED in live)
+
+
+def _container_not_restarted(snapshot: Snapshot) -> list[CheckResult]:
+    """The running container must be what the unit's start script (or its ExecStart, when
+    that is a ``docker run`` itself) runs now: its args end the container's argv, its ``-e``
+    assignments are in the container's environment."""
+    stage, unit, process = snapshot.label, snapshot.unit, snapshot.process
+    assert process is not None
+    check = "source.not-restarted"
+    declared = exec_start_argv(unit)
+    found = _EXEC_PATH.search(unit.prop("ExecStart"))
+    path = found["path"] if found else ""
+    if declared.split(" ", 1)[0].rsplit("/", 1)[-1] in BACKENDS:
+        script, source = declared, "ExecStart"
+    elif path in unit.sources:
+        script, source = unit.sources[path], f"start script {path}"
+    else:
+        missing = f"the ExecStart script {path}" if path else "the ExecStart line"
+        return [
+            failed(
+                stage,
+                check,
+                path or unit.name,
+                f"{missing} of {unit.name} is not in the snapshot (the unit's sources hold "
+                f"{', '.join(sorted(unit.sources)) or 'no file'}): the running container "
+                f"(pid {process.pid}) cannot be compared with what the unit would start",
+            )
+        ]
+    try:
+        run = parse_container_run(script)
+    except ValueError as error:
+        run, why = None, f"cannot be split into shell words ({error})"
+    else:
+        why = "runs no `docker run` or `podman run`"
+    if run is None:
+        return [
+            failed(
+                stage,
+                check,
+                path or unit.name,
+                f"the {source} of {unit.name} {why}: the running container (pid {process.pid}) "
+                "cannot be compared with what the unit would start",
+            )
+        ]
+    results: list[CheckResult] = []
+    live = process.argv[len(process.argv) - len(run.args) :] if run.args else []
+    if len(live) != len(run.args) or not all(map(_same, run.args, live)):
+        results.append(
+            failed(
+                stage,
+                check,
+                unit.name,
+                f"the running container (pid {process.pid}) runs `{' '.join(process.argv)}` "
+                f"but the unit's {source} now passes `{' '.join(run.args)}` to {run.image}: "
+                "the unit changed but the service was not restarted",
+            )
+        )
+    stale = {
+        name: value
+        for name, value in run.environment.items()
+        if not _same(value, process.environment.get(name))
+    }
+    if stale:
+        described = ", ".join(
+            f"{name}={value} (running: {process.environment.get(name, 'unset')})"
+            for name, value in sorted(stale.items())
+        )
+        results.append(
+            failed(
+                stage,
+                check,
+                ",".join(sorted(stale)),
+                f"the unit's {source} now sets {described} for the container but the running "
+                f"container (pid {process.pid}) has different values: the unit changed but the "
+                "service was not restarted",
+            )
+        )
+    if not results:
+        results.append(
+            passed(stage, check, unit.name, f"the running container matches the unit's {source}")
         )
     return results
 

@@ -14,8 +14,12 @@ from typing import Protocol
 from vmtests.contracts.serving import READY_TIMEOUT, SERVING_UNIT
 from vmtests.driver.machine import Machine
 
-SWITCH_TIMEOUT = 600.0
-"""Seconds a switch command may take (it restarts the serving unit, which loads a model)."""
+SWITCH_TIMEOUT = 900.0
+"""Seconds a switch command may take: ``nixos-rebuild switch --flake`` evaluates the whole NixOS
+configuration twice in the VM (nixpkgs nixos-rebuild-ng ``services.reexec`` builds the target's
+``system.build.nixos-rebuild`` first), then restarts the serving unit (stop up to its
+``TimeoutStopSec``, image load, model load); 600 s left too little margin on a shared 2-core host
+even under KVM."""
 
 
 class Switcher(Protocol):

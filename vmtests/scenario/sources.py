@@ -180,7 +180,8 @@ def check_restarted_after_change(snapshot: Snapshot) -> list[CheckResult]:
     """The running process must be what the unit, as systemd has it now, would start.
 
     With a container the unit's own process is the attached ``docker run`` (``launcher``):
-    its argv must be the command the unit's start script runs now.
+    its argv must be the command the unit's start script runs now; and the container that
+    ``docker inspect`` shows must run the script's arguments and environment.
     """
     stage, unit = snapshot.label, snapshot.unit
     process = snapshot.launcher if snapshot.container is not None else snapshot.process
@@ -228,7 +229,10 @@ def check_restarted_after_change(snapshot: Snapshot) -> list[CheckResult]:
                     "not restarted",
                 )
             )
-    if process is not None and process.origin == "container":
+    container = snapshot.process if snapshot.container is not None else None
+    if container is not None and container.origin == "container":
+        # The container itself (docker inspect), beside its launcher: the start script's
+        # image arguments and -e assignments must be what it runs with.
         results += _container_not_restarted(snapshot)
     if not results:
         results.append(

@@ -11,9 +11,12 @@ from vmtests.driver.qemu import QemuMachine
 
 pytestmark = pytest.mark.vm
 
+# A oneshot goes from activating straight to failed: it is never "active", so the wait cannot
+# end early on a slow guest that shows a simple service as active for a moment before it exits.
 FAILING_UNIT = """[Unit]
 Description=vmtests deliberately failing unit
 [Service]
+Type=oneshot
 ExecStart=/bin/sh -c 'echo vmtests-failing-unit-says-goodbye; exit 3'
 """
 

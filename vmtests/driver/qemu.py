@@ -233,7 +233,10 @@ class QemuMachine(Machine):
                     reason = f"QEMU under KVM stopped (state {state or 'exited'})"
                     break
         except DriverError as error:
-            reason = f"QEMU failed under KVM: {str(error).splitlines()[0]}"
+            said = [line for line in self.stderr_tail().splitlines() if line.strip()]
+            reason = f"QEMU failed under KVM: {str(error).splitlines()[0]}" + (
+                f" (QEMU said: {said[-1].strip()})" if said else ""
+            )
         accel_choice.remember(binary, False, reason)
         log.warning(f"{self.name}: {reason}; restarting under TCG (accel=auto)")
         with self._lifecycle:

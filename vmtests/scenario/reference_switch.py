@@ -41,6 +41,7 @@ from vmtests.scenario.serving_unit import (
     RenderedUnits,
     ServiceAdjustments,
     hugepage_mount,
+    hugepages_path,
     mount_unit_name,
     oci_container,
     render_container_service,
@@ -146,20 +147,24 @@ def wait_ready(machine: Machine, port: int, timeout: float = READY_TIMEOUT) -> N
 
 
 def _reserve_now(hugepages: Mapping[str, object]) -> str:
-    """Start the hugepage unit now; retry after freeing memory when the pool came up short.
+    """Start the hugepage unit now unless it already holds the pages; retry when short.
 
-    At boot the unit runs before anything fragments memory. At switch time a 1 GiB page needs
-    a free, aligned 1 GiB region, so drop the page cache and compact memory before each try
-    (measured: one page short in some runs without this). The unit itself fails when fewer
-    pages than asked are reserved; after the last try that failure stands.
+    Like switch-to-configuration, an unchanged, active hugepage unit is left alone (restarting
+    it would restart the serving unit too, which requires it). At boot the unit runs before
+    anything fragments memory; at switch time a 1 GiB page needs a free, aligned 1 GiB region,
+    so drop the page cache and compact memory before each try (measured: one page short in
+    some runs without this). The unit itself fails when fewer pages than asked are reserved;
+    after the last try that failure stands.
     """
     free = "sync; echo 3 > /proc/sys/vm/drop_caches; echo 1 > /proc/sys/vm/compact_memory"
     tries = " ".join(str(n) for n in range(1, RESERVE_TRIES + 1))
-    mount = mount_unit_name(hugepage_mount(hugepages))
+    mount = shlex.quote(mount_unit_name(hugepage_mount(hugepages)))
+    pool = hugepages_path(int(str(hugepages["sizeKiB"])))
     return (
-        f"for try in {tries}; do {free}; "
-        f"systemctl restart {HUGEPAGES_UNIT} && break; done; "
-        f"systemctl is-active {HUGEPAGES_UNIT} && systemctl start {shlex.quote(mount)}"
+        f'if ! systemctl is-active -q {HUGEPAGES_UNIT} || [ "$(cat {pool})" -lt '
+        f"{int(str(hugepages['count']))} ]; then "
+        f"for try in {tries}; do {free}; systemctl restart {HUGEPAGES_UNIT} && break; done; fi; "
+        f"systemctl is-active {HUGEPAGES_UNIT} && systemctl start {mount}"
     )
 
 

@@ -7,16 +7,19 @@ message, and the hugepage reservation against the contract's memory.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 
+from vmtests.contracts import instrumentation as contract
 from vmtests.contracts.instrumentation import GUEST_MEMORY_MB, GUEST_TOOLS
 from vmtests.driver.errors import CommandFailed
 from vmtests.driver.machine import CommandResult
 from vmtests.driver.shell import REBOOT_COMMAND
 from vmtests.guest import toolpath
+from vmtests.guest.image import write_guest_description
 from vmtests.guest.resources import check_hugepages_fit, required_memory_mb
 from vmtests.profiles import available_profiles, load_profile
 from vmtests.scenario.collect import _SCRIPT as SNAPSHOT_SCRIPT
@@ -138,3 +141,17 @@ def test_hugepage_fit_fails_below_the_measured_minimum() -> None:
         check_hugepages_fit(2, gib, memory_mb=6144)
     check_hugepages_fit(2, gib, memory_mb=GUEST_MEMORY_MB)
     check_hugepages_fit(512, 2048, memory_mb=4096)  # 2 MiB pages need no aligned GiB
+
+
+def test_guest_description_names_the_contract_fields_with_their_values(tmp_path: Path) -> None:
+    description = write_guest_description(tmp_path / "guest.json")
+    written = json.loads((tmp_path / "guest.json").read_text())["contract_fields"]
+    assert written == json.loads(json.dumps(description))
+    data = json.loads(contract.CONTRACT_FILE.read_text())
+    # Every field of the contract's data is named (the comment is not a field).
+    assert {key.split(".")[0] for key in description} == set(data) - {"_comment"}
+    assert description["kernelParams"] == list(contract.KERNEL_PARAMS)
+    assert description["resources.memoryMB"] == data["resources"]["memoryMB"]
+    tools = description["tools"]
+    assert isinstance(tools, dict)
+    assert tools["programs"] == sorted(data["tools"])

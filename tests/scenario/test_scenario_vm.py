@@ -11,6 +11,7 @@ from vmtests.profiles import load_profile
 from vmtests.report import write_scenario_report
 from vmtests.scenario.reference_switch import ReferenceSwitch
 from vmtests.scenario.scenario import Scenario
+from vmtests.scenario.serving_unit import CONTAINER_NAME
 
 pytestmark = [pytest.mark.vm, pytest.mark.nix]
 
@@ -27,6 +28,7 @@ def test_scenario_passes_on_the_reference_guest(
             ReferenceSwitch(profile),
             target=REFERENCE_TARGET,
             base_profile=load_profile("baseline"),
+            container=CONTAINER_NAME,
         )
         try:
             scenario.run()
@@ -46,3 +48,12 @@ def test_scenario_passes_on_the_reference_guest(
     assert all(line.boot_id == s2.boot_id for line in s2.current_lines())
     assert result.diffs == []
     assert (vmtests_report_dir / profile_name / "console-boot-1.log").exists()
+    # The production shape ran: the serving process is the container, its stop timeout is the
+    # module's, and the banners reached the unit's journal through the attached docker run.
+    for snapshot in (s1, s2):
+        assert snapshot.container is not None
+        assert snapshot.container["stop_timeout"] == 60
+        assert snapshot.process is not None
+        assert snapshot.process.origin == "container"
+        assert snapshot.launcher is not None
+        assert snapshot.launcher.argv[:2] == ["docker", "run"]

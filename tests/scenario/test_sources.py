@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 from scenario_support import GIB_KIB, failures, good_snapshot
@@ -150,3 +151,38 @@ def test_runtime_paths_and_origins() -> None:
     assert "drop-in " + DROP_IN + " (runtime-only, under /run)" in origin
     assert "the service manager's environment" in origin
     assert origin_of(snapshot, "--no-such-flag") == ""
+
+
+START_SCRIPT = "/usr/lib/vmtests/store/0-unit-script-tenstorrent-serving-start/bin/start"
+
+
+def _container_snapshot(live_argv: list[str]) -> Snapshot:
+    """A container-run service: the unit's process is the attached `docker run` (launcher)."""
+    snapshot = good_snapshot()
+    assert snapshot.process is not None
+    script = "#!/bin/bash\nset -e\n\nexec docker  \\\n  run \\\n  --name=x \\\n  img \\\n  --a 1\n"
+    snapshot.start_script = {START_SCRIPT: script}
+    snapshot.unit.properties["ExecStart"] = (
+        f"{{ path={START_SCRIPT} ; argv[]={START_SCRIPT} ; ignore_errors=no }}"
+    )
+    snapshot.launcher = replace(snapshot.process, argv=live_argv, environment={})
+    snapshot.unit.environment = {}
+    snapshot.container = {"name": "/x", "state": {"Pid": snapshot.process.pid}}
+    snapshot.process = replace(snapshot.process, origin="container")
+    return snapshot
+
+
+def test_container_launcher_matching_the_start_script_passes() -> None:
+    snapshot = _container_snapshot(["docker", "run", "--name=x", "img", "--a", "1"])
+    results = [r for r in check_sources(snapshot, GIB_KIB) if r.check == "source.not-restarted"]
+    assert [r.ok for r in results] == [True]
+
+
+def test_container_launcher_older_than_the_start_script_is_caught() -> None:
+    snapshot = _container_snapshot(["docker", "run", "--name=x", "img", "--a", "0"])
+    found = failures(check_sources(snapshot, GIB_KIB))
+    messages = [r.message for r in found if r.check == "source.not-restarted"]
+    assert len(messages) == 1
+    assert "runs `docker run --name=x img --a 0`" in messages[0]
+    assert "ExecStart is now `docker run --name=x img --a 1`" in messages[0]
+    assert "was not restarted" in messages[0]

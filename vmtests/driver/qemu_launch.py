@@ -127,7 +127,8 @@ def direct_spec(
             "-drive",
             f"if=none,id=data{index},file={path},format=raw,readonly=on",
             "-device",
-            f"virtio-blk-pci,drive=data{index},serial={serial}",
+            # A high PCI slot: the guest enumerates it after the root disk, which stays vda.
+            f"virtio-blk-pci,drive=data{index},serial={serial},addr={0x18 + index:#x}",
         ]
     argv = [
         QEMU_BINARY,

@@ -22,7 +22,7 @@ from vmtests.contracts.serving import SERVING_UNIT
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
 from vmtests.scenario.controls import ControlOutcome
-from vmtests.scenario.reference_switch import ReferenceSwitch, install_units
+from vmtests.scenario.reference_switch import UNIT_RESTART_TIMEOUT, ReferenceSwitch, install_units
 from vmtests.scenario.results import CheckResult, failed, passed
 from vmtests.scenario.serving_unit import BACKEND, CONTAINER_NAME
 from vmtests.scenario.switching import wait_ready
@@ -97,9 +97,11 @@ def start_leftover_container(machine: Machine, switch: ReferenceSwitch) -> str:
     image, serving on the same port. Returns its container ID once it answers.
     """
     target = switch.target
-    machine.succeed(f"systemctl stop {SERVING_UNIT}", timeout=180)
+    machine.succeed(f"systemctl stop {SERVING_UNIT}", timeout=UNIT_RESTART_TIMEOUT)
     if target.image_file:
-        machine.succeed(f"{BACKEND} load -i {shlex.quote(target.image_file)}", timeout=180)
+        machine.succeed(
+            f"{BACKEND} load -i {shlex.quote(target.image_file)}", timeout=UNIT_RESTART_TIMEOUT
+        )
     environment = " ".join(f"-e {shlex.quote(f'{k}={v}')}" for k, v in target.environment.items())
     container_id = machine.succeed(
         f"{BACKEND} run -d --name={CONTAINER_NAME} --network=host --ipc=host "
@@ -131,7 +133,7 @@ def leftover_then_start(
         config = replace(switch.target, graceful_pre_start=graceful_pre_start)
         install_units(machine, config)
         leftover = start_leftover_container(machine, switch)
-        machine.succeed(f"systemctl start {SERVING_UNIT}", timeout=240)
+        machine.succeed(f"systemctl start {SERVING_UNIT}", timeout=UNIT_RESTART_TIMEOUT)
         wait_ready(machine, config.port)
         results = [
             check_stopped_gracefully(
@@ -139,7 +141,7 @@ def leftover_then_start(
             )
         ]
         serving = _serving_container_id(machine)
-        machine.succeed(f"systemctl stop {SERVING_UNIT}", timeout=180)
+        machine.succeed(f"systemctl stop {SERVING_UNIT}", timeout=UNIT_RESTART_TIMEOUT)
         results.append(
             check_stopped_gracefully("stop", "unit's container", container_events(machine, serving))
         )

@@ -25,6 +25,7 @@ from vmtests.guest.stub_layer import GUEST_PYTHONPATH
 from vmtests.scenario.collect import take_snapshot
 from vmtests.scenario.reference_switch import (
     UNIT_DIR,
+    UNIT_RESTART_TIMEOUT,
     ReferenceSwitch,
     ServingConfig,
     install_units,
@@ -103,7 +104,9 @@ def _feature_free(switch: ReferenceSwitch) -> ServingConfig:
 
 
 def _restart(machine: Machine) -> None:
-    machine.succeed(f"systemctl daemon-reload && systemctl restart {SERVING_UNIT}", timeout=120)
+    machine.succeed(
+        f"systemctl daemon-reload && systemctl restart {SERVING_UNIT}", timeout=UNIT_RESTART_TIMEOUT
+    )
 
 
 def _durable_drop_in(machine: Machine, name: str, settings: list[str]) -> None:
@@ -257,7 +260,7 @@ def not_enabled(machine: Machine, switch: ReferenceSwitch) -> None:
 def hand_started(machine: Machine, switch: ReferenceSwitch) -> None:
     """The unit is stopped and the validated server is started by hand, outside systemd."""
     target = switch.target
-    machine.succeed(f"systemctl stop {SERVING_UNIT}", timeout=120)
+    machine.succeed(f"systemctl stop {SERVING_UNIT}", timeout=UNIT_RESTART_TIMEOUT)
     environment = {"PYTHONPATH": GUEST_PYTHONPATH, **target.environment}
     machine.succeed(
         "env %s setsid nohup python3 -m vmtests.stub.server %s "
@@ -276,7 +279,7 @@ def transient_unit(machine: Machine, switch: ReferenceSwitch) -> None:
     machine.succeed(
         f"systemctl disable --now {SERVING_UNIT} 2>&1; rm -f {UNIT_DIR}/{SERVING_UNIT}; "
         "systemctl daemon-reload",
-        timeout=120,
+        timeout=UNIT_RESTART_TIMEOUT,
     )
     environment = {"PYTHONPATH": GUEST_PYTHONPATH, **target.environment}
     machine.succeed(
@@ -429,7 +432,7 @@ def reset_to_target(machine: Machine, switch: ReferenceSwitch) -> None:
         f"systemctl unset-environment {names} {UNRELATED_VARIABLE}; "
         f"rm -rf {RUNTIME_CONFIG_DIR} {WRAPPER}; "
         "systemctl daemon-reload; true",
-        timeout=120,
+        timeout=UNIT_RESTART_TIMEOUT,
     )
     health = f"http://127.0.0.1:{switch.target.port}/health"
     machine.wait_until_succeeds("! curl -s -m 2 -o /dev/null %s", health, timeout=60)

@@ -2,11 +2,12 @@
 
 - A/B: ``blocks`` ABBA blocks; every arm run is a real switch to its configuration (installed,
   restarted through the unit with the stop checked, banners and digest verified), then the
-  same frozen prompts and seed at concurrency 8. Per run: makespan, TTFT p95 and the median
-  of the requests' mean decode steps. Each block gives one pair (mean of its two A runs, mean
-  of its two B runs); the ratio B/A of each figure gets a paired bootstrap 95 % CI, and the
-  decode step's ratio gets the advisory's decision (``stats.noise_band_decision``). Runs that
-  were not interleaved are never compared.
+  same frozen prompts and seed at concurrency 8. Per run: makespan, TTFT p95 and the decode
+  step: the server's mean inter-token latency over the run (``/metrics`` deltas), with the
+  client's view (median of the requests' mean steps) reported beside it. Each block gives one
+  pair (mean of its two A runs, mean of its two B runs); the ratio B/A of each figure gets a
+  paired bootstrap 95 % CI, and the decode step's ratio gets the advisory's decision
+  (``stats.noise_band_decision``). Runs that were not interleaved are never compared.
 - B=1 decode: a realistic prompt of several hundred tokens, ``decode_repeats`` times, each
   output's sha checked, so that the figure can be cited.
 - Cold vs warm: a fresh server (restart through the unit, stop checked), then per size (8k,
@@ -27,6 +28,8 @@ AB_PATTERN = "ABBA"
 MIN_BLOCKS = 2
 MIN_DECODE_PROMPT_TOKENS = 256
 HIT_COUNTER = "vllm:prefix_cache_hits_total"
+ITL_SUM = "vllm:inter_token_latency_seconds_sum"
+ITL_COUNT = "vllm:inter_token_latency_seconds_count"
 QUERY_COUNTER = "vllm:prefix_cache_queries_total"
 
 
@@ -172,6 +175,14 @@ def _counters(ctx: Context) -> tuple[float, float]:
     if status != 200:
         raise RuntimeError(f"/metrics answered {status}")
     return counter_total(text, HIT_COUNTER), counter_total(text, QUERY_COUNTER)
+
+
+def _itl(ctx: Context) -> tuple[float, float]:
+    """(sum, count) of the server's inter-token latency histogram."""
+    status, text = ctx.generator.get("/metrics")
+    if status != 200:
+        return 0.0, 0.0
+    return counter_total(text, ITL_SUM), counter_total(text, ITL_COUNT)
 
 
 def cold_warm(ctx: Context) -> GateResult:

@@ -75,11 +75,20 @@ def ab(ctx: Context) -> GateResult:
             if not switch.ok:
                 gate.fail(f"{label}: switch to {arms[arm].name}: " + "; ".join(switch.failures))
                 continue
+            itl_before = _itl(ctx)
             batch = ctx.batch(
                 specs, concurrency=ctx.options.ab_concurrency, stage="ab", label=label
             )
+            itl_after = _itl(ctx)
             judge_records(gate, batch.records, ctx)
             figures = run_figures(batch)
+            # The server's own inter-token latency (vLLM v1/metrics/loggers.py histogram): the
+            # decode step without the network and the client's scheduling in it.
+            figures["decode_step_client"] = figures["decode_step"]
+            if itl_after[1] > itl_before[1]:
+                figures["decode_step"] = (itl_after[0] - itl_before[0]) / (
+                    itl_after[1] - itl_before[1]
+                )
             per_arm[arm].append(figures)
             runs.append({"block": block + 1, "arm": arm, "label": label, **figures})
         if len(per_arm["A"]) == 2 and len(per_arm["B"]) == 2:

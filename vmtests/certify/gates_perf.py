@@ -129,6 +129,13 @@ def ab(ctx: Context) -> GateResult:
     elif gate.status != "error":
         gate.status = PASSED
     gate.summary = f"decode step {decision.text}"
+    if measured > stats.NOISE_BAND:
+        warning = (
+            f"this run's measured noise ({measured:.1%}) exceeds the advisory's "
+            f"{stats.NOISE_BAND:.1%} band: it cannot resolve an effect that small"
+        )
+        gate.numbers["noise_warning"] = warning
+        gate.summary += f"; NOTE: {warning}"
     return gate
 
 

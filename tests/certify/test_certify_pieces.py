@@ -132,3 +132,28 @@ def test_cli_plan_changes_nothing_and_ssh_needs_opt_in(capsys: pytest.CaptureFix
     assert main(["certify", "--profile", "cfx-llm2", "--only", "nope", "--plan"]) == 2
     assert main(["certify", "--profile", "cfx-llm2", "--ab", "resident", "--plan",
                  "--target", "ssh://root@192.0.2.1", "--hw-opt-in"]) == 2  # fmt: skip
+
+
+def test_html_page_with_plots_when_matplotlib_is_installed(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    result = _result(PASSED, PASSED)
+    ab = GateResult("ab", PASSED, numbers={"noise_band": 0.005, "ratios": {
+        "decode_step": {"ratio": 0.8, "ci_low": 0.78, "ci_high": 0.82}}})  # fmt: skip
+    phases = {phase: {"8k": {"makespan": m}} for phase, m in (("cold", 3.0), ("warm", 1.0))}
+    result.gates += [ab, GateResult("cold_warm", PASSED, numbers={"phases": phases})]
+    result.requests = [
+        RequestRecord("ab", f"block-1-{arm}1", "ab-01", i, status=200, text="t", e2e=0.1 * (i + 1))
+        for i, arm in enumerate("ABBA")
+    ]
+    paths = report.write_certificate(result, tmp_path)
+    page = paths["html"].read_text()
+    assert page.count("data:image/png;base64,") == 3
+    assert "CERTIFIED" in page
+
+
+def test_markdown_never_needs_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import vmtests.certify.html as html_module  # noqa: PLC0415
+
+    monkeypatch.setattr(html_module, "_pyplot", lambda: None)
+    paths = report.write_certificate(_result(PASSED), tmp_path)
+    assert set(paths) == {"json", "markdown"}

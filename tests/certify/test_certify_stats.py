@@ -76,3 +76,17 @@ def test_binomial_cdf_edges() -> None:
     assert stats.binomial_cdf(-1, 10, 0.5) == 0.0
     assert stats.binomial_cdf(10, 10, 0.5) == 1.0
     assert stats.binomial_cdf(0, 10, 0.5) == pytest.approx(math.pow(0.5, 10))
+
+
+def test_repeat_noise_from_same_arm_runs() -> None:
+    # Identical repeats: no noise; a 2 % spread in every pair of 4 (2 blocks x 2 arms):
+    # s = 0.02 / sqrt(2), band = 2 s / sqrt(2) = 0.02.
+    assert stats.repeat_noise([(1.0, 1.0), (2.0, 2.0)]) == 0.0
+    spread = [(1.01, 0.99), (0.99, 1.01), (1.01, 0.99), (0.99, 1.01)]
+    assert stats.repeat_noise(spread) == pytest.approx(0.02, rel=1e-3)
+    with pytest.raises(ValueError, match="no repeated runs"):
+        stats.repeat_noise([])
+    # A 3 % effect is inside a 4 % measured band, outside the advisory's 0.5 %.
+    estimate = stats.RatioEstimate(0.97, 0.96, 0.98, 2)
+    assert stats.noise_band_decision(estimate, 0.04).verdict == "inside-noise-band"
+    assert stats.noise_band_decision(estimate).verdict == "faster"

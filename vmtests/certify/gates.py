@@ -50,7 +50,7 @@ def preflight(ctx: Context) -> GateResult:
         gate.error(f"tt-smi names no p150 board (boards: {boards or 'none'})")
     if smi and not identity["driver"]:
         gate.error("tt-smi reports no driver version")
-    holders = hostops.device_holders(machine, smi) if smi else []
+    holders = hostops.device_holders(machine, smi, ctx.container) if smi else []
     gate.numbers["other_device_holders"] = holders
     if holders:
         gate.error("processes other than the serving unit hold the device: " + "; ".join(holders))

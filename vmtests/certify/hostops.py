@@ -194,19 +194,21 @@ def identity(machine: Machine, snapshot: Snapshot, smi: dict[str, Any]) -> dict[
     }
 
 
-def device_holders(machine: Machine, smi: dict[str, Any], unit: str = SERVING_UNIT) -> list[str]:
+def device_holders(
+    machine: Machine, smi: dict[str, Any], container: str | None = None, unit: str = SERVING_UNIT
+) -> list[str]:
     """tt-smi's processes that do not belong to the serving unit (or its container).
 
-    A process belongs to the service when its cgroup is the unit's, or a docker/podman scope
-    whose container id the unit's container reports.
+    A process belongs to the service when its cgroup is the unit's, or the docker scope of the
+    serving container (``container``, by default named like the unit, as the module names it).
     """
     allowed = [unit]
-    container = machine.execute(
-        f"docker ps -q --no-trunc --filter name=^{unit.removesuffix('.service')}$ 2>/dev/null",
-        timeout=30,
+    name = shlex.quote(f"^{container or unit.removesuffix('.service')}$")
+    container_id = machine.execute(
+        f"docker ps -q --no-trunc --filter name={name} 2>/dev/null", timeout=30
     ).stdout_text.strip()
-    if container:
-        allowed.append(container)
+    if container_id:
+        allowed.append(container_id)
     others = []
     for process in smi.get("processes") or []:
         pid = int(process.get("pid", 0))

@@ -140,6 +140,23 @@ def bootstrap_ratio_ci(
     )
 
 
+def repeat_noise(repeats: Sequence[tuple[float, float]]) -> float:
+    """The noise band of a paired ratio, from runs repeated in the same arm.
+
+    ABBA repeats each arm twice per block. With run values ``true * (1 + e)`` and ``e`` of
+    standard deviation s, a same-arm pair differs by ``e1 - e2`` (sd ``s * sqrt(2)``), so
+    ``s = rms(relative difference) / sqrt(2)``; a block's ratio of two-run means has sd ``s``,
+    and the mean over ``k`` blocks ``s / sqrt(k)``. The band is two of those (about 95 %).
+    ``repeats`` holds one (first, second) pair per arm and block.
+    """
+    if not repeats:
+        raise ValueError("no repeated runs to measure the noise from")
+    relative = [(a - b) / ((a + b) / 2) for a, b in repeats]
+    sigma = math.sqrt(mean([r * r for r in relative]) / 2)
+    blocks = max(1, len(repeats) // 2)
+    return 2 * sigma / math.sqrt(blocks)
+
+
 @dataclass(frozen=True)
 class Decision:
     """The advisory's verdict on a B/A ratio of a time (lower is faster)."""

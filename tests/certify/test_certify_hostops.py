@@ -1,0 +1,81 @@
+"""Host operations parsed from command outputs (a scripted machine, no VM)."""
+
+from __future__ import annotations
+
+from vmtests.certify import hostops
+from vmtests.driver.machine import CommandResult, Machine
+
+
+class Scripted(Machine):
+    """Answers commands from a table: the first key contained in the command wins."""
+
+    name = "scripted"
+
+    def __init__(self, answers: dict[str, tuple[int, str]]) -> None:
+        self.answers = answers
+        self.commands: list[str] = []
+
+    def execute(self, command: str, timeout: float = 120.0) -> CommandResult:
+        self.commands.append(command)
+        for key, (rc, out) in self.answers.items():
+            if key in command:
+                return CommandResult(command, rc, out.encode(), b"")
+        return CommandResult(command, 1, b"", b"unknown")
+
+    def start(self) -> None: ...
+    def shutdown(self, timeout: float = 0) -> None: ...
+    def crash(self) -> None: ...
+    def close(self) -> None: ...
+    def _issue_reboot(self) -> None: ...
+    def _wait_until_answering(self, deadline: float) -> None: ...
+
+
+def test_kills_since_reads_the_units_journal() -> None:
+    journal = (
+        "Stopping tenstorrent-serving.service...\n"
+        "tenstorrent-serving.service: Main process exited, code=killed, status=9/KILL\n"
+        "tenstorrent-serving.service: Main process exited, code=exited, status=137/n/a\n"
+        "tenstorrent-serving.service: Main process exited, code=exited, status=0/SUCCESS\n"
+    )
+    machine = Scripted({"journalctl": (0, journal)})
+    kills = hostops.kills_since(machine, "@100")
+    assert len(kills) == 2
+    assert "status=9/KILL" in kills[0]
+    assert "--since @100" in machine.commands[0]
+
+
+def test_stop_checked_reads_exec_main_status() -> None:
+    machine = Scripted({
+        "systemctl stop": (0, ""),
+        "systemctl show": (0, "ExecMainCode=2\nExecMainStatus=9\nResult=signal\n"),
+    })  # fmt: skip
+    outcome = hostops.stop_checked(machine)
+    assert not outcome.ok
+    assert "KILLED" in outcome.message
+    assert not any("rm -f" in command for command in machine.commands)
+
+
+def test_device_holders_outside_the_unit() -> None:
+    smi = {"processes": [{"pid": 10, "command": "vllm serve"}, {"pid": 11, "command": "python x"}]}
+    machine = Scripted({
+        "docker ps": (0, "abc123\n"),
+        "/proc/10/cgroup": (0, "0::/system.slice/docker-abc123.scope\n"),
+        "/proc/11/cgroup": (0, "0::/user.slice/session-3.scope\n"),
+    })  # fmt: skip
+    holders = hostops.device_holders(machine, smi)
+    assert len(holders) == 1
+    assert holders[0].startswith("pid 11")
+
+
+DF = "Filesystem 1024-blocks Used Available Capacity Mounted\n/dev/vda 9 9 2500000 50% /\n"
+
+
+def test_memory_disk_and_tt_smi_parsing() -> None:
+    machine = Scripted({
+        "meminfo": (0, "MemTotal: 8000000 kB\nMemAvailable:    5000000 kB\n"),
+        "df -Pk": (0, DF),
+        "tt-smi -s": (0, 'log line\n{"host_info": {"Driver": "TT-KMD 2.10.0"}, "device_info": []}'),
+    })  # fmt: skip
+    assert hostops.mem_available_kib(machine) == 5000000
+    assert hostops.disk_free_kib(machine) == 2500000
+    assert hostops.tt_smi_snapshot(machine)["host_info"]["Driver"] == "TT-KMD 2.10.0"

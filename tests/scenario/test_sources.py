@@ -168,7 +168,10 @@ def _container_snapshot(live_argv: list[str]) -> Snapshot:
     snapshot.launcher = replace(snapshot.process, argv=live_argv, environment={})
     snapshot.unit.environment = {}
     snapshot.container = {"name": "/x", "state": {"Pid": snapshot.process.pid}}
-    snapshot.process = replace(snapshot.process, origin="container")
+    # The container itself (docker inspect) runs what the script passes after the image.
+    snapshot.process = replace(
+        snapshot.process, origin="container", argv=["/entrypoint", "--a", "1"], environment={}
+    )
     return snapshot
 
 

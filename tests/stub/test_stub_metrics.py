@@ -79,7 +79,8 @@ def test_metrics_parse_strictly_and_carry_vllm_names_and_labels(start_server: St
 
 def test_64_concurrent_requests_queue_behind_max_num_seqs(start_server: StartServer) -> None:
     args = [*PRODUCTION_ARGS, "--max-num-seqs", "8"]
-    server = start_server(args, {**PRODUCTION_ENV, knobs.TIME_SCALE: "0.02"})
+    # Slow enough that 64 requests pile up behind 8 slots even on a loaded machine.
+    server = start_server(args, {**PRODUCTION_ENV, knobs.TIME_SCALE: "0.2"})
     peaks = {"running": 0.0, "waiting": 0.0}
     done = threading.Event()
 

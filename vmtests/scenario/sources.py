@@ -258,8 +258,8 @@ def _container_not_restarted(snapshot: Snapshot) -> list[CheckResult]:
     path = found["path"] if found else ""
     if declared.split(" ", 1)[0].rsplit("/", 1)[-1] in BACKENDS:
         script, source = declared, "ExecStart"
-    elif path in unit.sources:
-        script, source = unit.sources[path], f"start script {path}"
+    elif path in (scripts := {**unit.sources, **snapshot.start_script}):
+        script, source = scripts[path], f"start script {path}"
     else:
         missing = f"the ExecStart script {path}" if path else "the ExecStart line"
         return [

@@ -64,9 +64,13 @@
       # - prebuilt (faster): the second half of it only, `nix-env --set` and
       #   `switch-to-configuration switch` of the pre-built toplevel.
       switchCommands = profile: target: {
+        # The backdoor's PATH is the tool manifest only (nixos/lib/systemd-lib.nix): call the
+        # system's own nixos-rebuild by its path. --no-reexec: the re-exec would evaluate and
+        # build the target's nixos-rebuild first (nixos-rebuild-ng, services.reexec).
         rebuild = lib.escapeShellArgs [
-          "nixos-rebuild"
+          "/run/current-system/sw/bin/nixos-rebuild"
           "switch"
+          "--no-reexec"
           "--flake"
           "${self.outPath}#vm-test-${profile}"
           "--override-input"

@@ -81,6 +81,15 @@ in
     ];
   };
 
+  # The same system name inside the VM as on the host. The flake's nixpkgs input gives
+  # `system.nixos.versionSuffix`/`revision` their defaults from its rev and date
+  # (nixpkgs lib/flake-version-info.nix, nixos/modules/misc/version.nix); inside the VM the input
+  # is overridden with a `path:` of its store path, which has neither, so the target would
+  # evaluate to another toplevel than the one in the image and nixos-rebuild would try to build
+  # it offline. Fixed values make both evaluations the same derivation.
+  system.nixos.versionSuffix = ".vmtests";
+  system.nixos.revision = null;
+
   hardware.tenstorrent-stub.enable = true;
   vmtests.instrumentation = {
     enable = true;

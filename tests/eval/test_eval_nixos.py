@@ -259,9 +259,11 @@ def test_the_switch_runs_nixos_rebuild_offline_with_everything_in_the_image(
         commands = switch_commands(script)
         assert set(commands) == {"rebuild", "prebuilt"}, script
         rebuild = commands["rebuild"]
-        assert rebuild[:4] == [
-            "nixos-rebuild",
+        # By its path: the backdoor's PATH is the tool manifest, which has no nixos-rebuild.
+        assert rebuild[:5] == [
+            "/run/current-system/sw/bin/nixos-rebuild",
             "switch",
+            "--no-reexec",
             "--flake",
             f"{nixos['flakeSource']}#vm-test-{profile}",
         ]

@@ -66,6 +66,8 @@ def hardware_allowed(config: pytest.Config) -> bool:
     return bool(config.getoption("--hw-opt-in")) and target.startswith("ssh://")
 
 
+# tryfirst: pytest-xdist's loadgroup reads the xdist_group markers in this same hook.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip ``hw`` tests unless the hardware tier was explicitly opted into; keep the tests
     of the shared reference guest on one xdist worker, so that it boots once."""

@@ -1,8 +1,10 @@
 """``vmtests certify`` end to end against ONE reference guest with the stub (CI).
 
 The guest is booted once for this module (module-scoped fixture) with the production profile
-deployed; each test sets the stub's knobs it needs in an ``/etc`` drop-in (a durable place, so
-the preflight's persistence checks stay clean) and restarts the unit through systemd. CI time is
+deployed as the module renders it (the stub in a container); each test sets the stub's knobs
+it needs in the stub device layer's knobs file (``/etc``, read by the container as
+``--env-file``, a durable place, so the preflight's persistence checks stay clean) and restarts
+the unit through systemd. CI time is
 kept small by the stub's time scale, never by lowering the gates' request counts; the A/B runs
 2 ABBA blocks here instead of the default 3 (the per-run request count is unchanged), in its own
 tests with a larger time scale (the full run certifies without --ab, which is optional).
@@ -29,14 +31,15 @@ from vmtests.contracts.instrumentation import GUEST_MEMORY_MB
 from vmtests.contracts.serving import SERVING_PORT, SERVING_UNIT
 from vmtests.driver.qemu import QemuMachine
 from vmtests.guest.image import ReferenceImage, start_reference_guest
+from vmtests.guest.stub_image import DISK_SERIAL, stub_image
+from vmtests.guest.stub_layer import set_stub_knobs
 from vmtests.profiles import load_profile
-from vmtests.scenario.reference_switch import systemd_quote
+from vmtests.scenario.serving_unit import CONTAINER_NAME
 from vmtests.scenario.switching import wait_ready
 from vmtests.stub import knobs
 
 pytestmark = pytest.mark.vm
 
-KNOB_DROP_IN = f"/etc/systemd/system/{SERVING_UNIT}.d/90-vmtests-knobs.conf"
 KILL_DROP_IN = f"/etc/systemd/system/{SERVING_UNIT}.d/91-vmtests-kill.conf"
 CI_TIME_SCALE = "0.05"
 # The A/B measures decode steps: at 0.5 a modelled step (24 ms x batch growth) is well above the
@@ -51,13 +54,9 @@ HUGEPAGES_CMDLINE = "hugepagesz=1G hugepages=2"
 
 
 def set_knobs(machine: QemuMachine, **env: str) -> None:
-    """Put the stub knobs ``env`` in an /etc drop-in and restart the unit (graceful stop)."""
-    text = "[Service]\n" + "".join(
-        f"Environment={systemd_quote(f'{k}={v}')}\n" for k, v in env.items()
-    )
-    machine.write_file(KNOB_DROP_IN, text)
-    machine.succeed("systemctl daemon-reload")
-    machine.succeed(f"systemctl restart {SERVING_UNIT}", timeout=180)
+    """Set the stub knobs ``env`` for the serving container and restart the unit (graceful)."""
+    set_stub_knobs(machine, **env)
+    machine.succeed(f"systemctl restart {SERVING_UNIT}", timeout=360)
     wait_ready(machine, SERVING_PORT, timeout=180)
 
 
@@ -73,9 +72,10 @@ def guest(
         memory_mb=GUEST_MEMORY_MB,
         forward_ports=(SERVING_PORT,),
         append_extra=HUGEPAGES_CMDLINE,
+        # The stub image on a read-only disk, as machine_from_target attaches it.
+        data_disks={DISK_SERIAL: stub_image().disk},
     )
     try:
-        machine.write_file(KNOB_DROP_IN, "[Service]\n")
         deploy_reference(machine, Configuration.of(load_profile("cfx-llm2")), SERVING_PORT)
         yield machine
     finally:
@@ -210,8 +210,10 @@ def test_memory_hog_makes_preflight_refuse(guest: QemuMachine, tmp_path: Path) -
 
 def test_sigkill_on_stop_fails_the_stop_check(guest: QemuMachine, tmp_path: Path) -> None:
     set_knobs(guest, **{knobs.TIME_SCALE: CI_TIME_SCALE})
-    # The stop kills the server (what `docker stop -t 60` does when the grace time runs out).
-    guest.write_file(KILL_DROP_IN, "[Service]\nKillSignal=SIGKILL\n")
+    # The stop kills the container (what `docker stop -t 60` does when the grace time runs out).
+    guest.write_file(
+        KILL_DROP_IN, f"[Service]\nExecStop=\nExecStop=/usr/bin/docker kill {CONTAINER_NAME}\n"
+    )
     guest.succeed("systemctl daemon-reload")
     try:
         result = run(guest, tmp_path, only=("cold_warm",))
@@ -220,7 +222,7 @@ def test_sigkill_on_stop_fails_the_stop_check(guest: QemuMachine, tmp_path: Path
     gate = result.gate("cold_warm")
     assert gate is not None
     assert gate.status == "failed"
-    assert gate.numbers["restart_stop"]["exec_main_status"] == 9
+    assert gate.numbers["restart_stop"]["exec_main_status"] == 137  # docker run: 128 + SIGKILL
     assert "KILLED" in gate.problems[0]
     assert result.exit_status == 1
 

@@ -94,7 +94,26 @@ def install_stub_device_layer(machine: Machine) -> None:
         machine.succeed("chmod 0755 %s && chmod 0644 %s", [TT_SMI_PATH, SERVER_PATH], TMPFILES_CONF)
         # Apply the rules now; at boot systemd-tmpfiles-setup(-dev).service applies them.
         machine.succeed("systemd-tmpfiles --create %s", TMPFILES_CONF)
+        # The knobs file the serving container reads (--env-file): present, faults off.
+        machine.succeed(
+            'mkdir -p "$(dirname %s)" && { [ -e %s ] || : > %s; }',
+            knobs.KNOBS_FILE,
+            knobs.KNOBS_FILE,
+            knobs.KNOBS_FILE,
+        )
         check_stub_device_layer(machine)
+
+
+def set_stub_knobs(machine: Machine, **knob_values: str) -> None:
+    """Set the stub's knobs for the serving container (``knobs.KNOBS_FILE``); none: faults off.
+
+    They take effect at the next start of the serving unit (the container reads the file then).
+    """
+    text = "".join(f"{name}={value}\n" for name, value in knob_values.items())
+    unknown = [name for name in knob_values if not name.startswith("VMTESTS_STUB_")]
+    if unknown:
+        raise ValueError(f"not stub knobs (see vmtests/stub/knobs.py): {unknown}")
+    machine.write_file(knobs.KNOBS_FILE, text)
 
 
 def check_stub_device_layer(machine: Machine) -> str:

@@ -21,7 +21,7 @@ from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_UNIT
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
-from vmtests.guest.stub_layer import GUEST_PYTHONPATH
+from vmtests.guest.stub_layer import GUEST_PYTHONPATH, set_stub_knobs
 from vmtests.scenario.collect import take_snapshot
 from vmtests.scenario.reference_switch import (
     UNIT_DIR,
@@ -167,22 +167,20 @@ def lying_banner(machine: Machine, switch: ReferenceSwitch) -> None:
 def engine_without_prefix_caching(machine: Machine, switch: ReferenceSwitch) -> None:
     """argv and banners claim prefix caching; the engine runs without it.
 
-    The unit keeps ``--enable-prefix-caching`` and the module banner; a durable drop-in runs a
-    model build that does not declare ``supports_prefix_caching`` (so the TT plugin's
-    ``check_and_update_config`` switches prefix caching off, vllm_tt_plugin/platform.py) and
-    echoes the prefix-caching banners the profile looks for. Only the server's own cache
-    config (``vllm:cache_config_info``, the engine config line) tells the truth.
+    The unit keeps ``--enable-prefix-caching`` and the module banner; the container runs a
+    model build that does not declare ``supports_prefix_caching`` (a stub knob: the TT
+    plugin's ``check_and_update_config`` then switches prefix caching off,
+    vllm_tt_plugin/platform.py), and a durable drop-in echoes the prefix-caching banners the
+    profile looks for. Only the server's own cache config (``vllm:cache_config_info``, the
+    engine config line) tells the truth.
     """
     install_units(machine, switch.target, wait=False)
-    capabilities = f'{knobs.MODEL_CAPABILITIES}={{"supports_prefix_caching":false}}'
+    set_stub_knobs(machine, **{knobs.MODEL_CAPABILITIES: '{"supports_prefix_caching":false}'})
     banners = [
         release.prefix_caching_line(True),
         banner_text("prefixCaching", mode="align"),
     ]
-    lines = [
-        f"Environment={systemd_quote(capabilities)}",
-        *(f"ExecStartPre=/bin/echo {systemd_quote(text)}" for text in banners),
-    ]
+    lines = [f"ExecStartPre=/bin/echo {systemd_quote(text)}" for text in banners]
     _durable_drop_in(machine, "50-model-build.conf", lines)
     _restart(machine)
 
@@ -434,6 +432,7 @@ def reset_to_target(machine: Machine, switch: ReferenceSwitch) -> None:
         "systemctl daemon-reload; true",
         timeout=UNIT_RESTART_TIMEOUT,
     )
+    set_stub_knobs(machine)
     health = f"http://127.0.0.1:{switch.target.port}/health"
     machine.wait_until_succeeds("! curl -s -m 2 -o /dev/null %s", health, timeout=60)
     install_units(machine, switch.target)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_UNIT
 from vmtests.guest import toolpath
+from vmtests.stub import knobs
 
 STORE_DIR = "/usr/lib/vmtests/store"
 """Where the reference guest keeps what NixOS keeps in the store: scripts and the image file."""
@@ -73,6 +74,7 @@ class OciContainer:
     cmd: tuple[str, ...]
     environment: Mapping[str, str]
     extra_options: tuple[str, ...]
+    environment_files: tuple[str, ...] = ()
     log_driver: str = "journald"
     auto_remove_on_stop: bool = True
     pull: str = "missing"
@@ -144,6 +146,8 @@ def oci_container(
         cmd=tuple(args),
         environment=dict(environment),
         extra_options=(*options, *extra_options),
+        # The stub device layer's knobs (modules/tenstorrent-stub.nix adds the same file).
+        environment_files=(knobs.KNOBS_FILE,),
     )
 
 
@@ -190,6 +194,7 @@ def run_script_text(container: OciContainer) -> str:
         f"-e {escape_shell_arg(key)}={escape_shell_arg(value)}"
         for key, value in sorted(container.environment.items())
     ]
+    words += [f"--env-file {escape_shell_arg(path)}" for path in container.environment_files]
     if container.auto_remove_on_stop:
         words.append("--rm")
     words.append(f"--pull {escape_shell_arg(container.pull)}")

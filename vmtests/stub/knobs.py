@@ -60,6 +60,11 @@ HANG = "VMTESTS_STUB_HANG"
 MODEL_CAPABILITIES = "VMTESTS_STUB_MODEL_CAPABILITIES"
 CAPABILITY_NAMES = ("supports_prefix_caching", "supports_async_decode")
 
+KNOBS_FILE = "/etc/vmtests-stub/knobs.env"
+"""Where the stub device layer keeps these knobs for the serving container: the container gets
+it as ``docker run --env-file`` (``environmentFiles`` in oci-containers), so that a test can
+turn a fault on in the server inside the container without changing the serving config."""
+
 DEFAULT_DEVICES = "/dev/tenstorrent/0"
 DEFAULT_DRIVER_FILE = "/run/tenstorrent-stub/driver-version"
 DEFAULT_TIME_SCALE = 0.1

@@ -109,5 +109,18 @@ in
       image = lib.mkDefault "${stubImage.imageName}:${stubImage.imageTag}";
       imageFile = lib.mkDefault stubImage;
     };
+
+    # The stub's fault knobs reach the server in the container through this file, as
+    # `docker run --env-file` (oci-containers `environmentFiles`, nixpkgs
+    # nixos/modules/virtualisation/oci-containers.nix); the reference guest uses the same path
+    # (vmtests/stub/knobs.py, KNOBS_FILE). A copy (mode), not a store link, so a test can write
+    # it; empty means every fault is off.
+    environment.etc."vmtests-stub/knobs.env" = {
+      text = "";
+      mode = "0644";
+    };
+    virtualisation.oci-containers.containers = lib.mkIf config.services.tenstorrent-serving.enable {
+      tenstorrent-serving.environmentFiles = [ "/etc/vmtests-stub/knobs.env" ];
+    };
   };
 }

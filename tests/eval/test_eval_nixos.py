@@ -173,8 +173,11 @@ def test_vm_targets_serve_exactly_like_the_production_host(
         key: (production["serving"].get(key), target["serving"].get(key)) for key in differences
     }
     if not allowed:
-        keep = {k: v for k, v in production["container"].items() if k not in swapped}
-        assert keep == {k: v for k, v in target["container"].items() if k not in swapped}
+        # The stub device layer also hands the container its fault knobs (an --env-file).
+        device_layer = swapped | {"environmentFiles"}
+        keep = {k: v for k, v in production["container"].items() if k not in device_layer}
+        assert keep == {k: v for k, v in target["container"].items() if k not in device_layer}
+        assert target["container"]["environmentFiles"] == ["/etc/vmtests-stub/knobs.env"]
 
 
 @pytest.mark.parametrize("name", serving_configurations())

@@ -46,7 +46,19 @@ let
         type = types.bool;
         default = false;
       };
+      environment.etc = mkOption {
+        type = types.attrsOf types.anything;
+        default = { };
+      };
+      virtualisation.oci-containers.containers = mkOption {
+        type = types.attrsOf types.anything;
+        default = { };
+      };
       services.tenstorrent-serving = {
+        enable = mkOption {
+          type = types.bool;
+          default = true;
+        };
         image = mkOption {
           type = types.str;
           default = "ghcr.io/example/vllm-tt:latest";
@@ -81,4 +93,7 @@ in
   packages = map (p: p.name) config.environment.systemPackages;
   ttSmi = map (p: p.text) config.environment.systemPackages;
   failedAssertions = map (a: a.message) (lib.filter (a: !a.assertion) config.assertions);
+  knobsFile = config.environment.etc."vmtests-stub/knobs.env" or null;
+  containerEnvFiles =
+    config.virtualisation.oci-containers.containers.tenstorrent-serving.environmentFiles or [ ];
 }

@@ -10,7 +10,7 @@ import pytest
 
 from vmtests.guest import stub_layer
 from vmtests.nixcore import REPO_ROOT
-from vmtests.stub import device
+from vmtests.stub import device, knobs
 
 NIX_MODULE = REPO_ROOT / "modules" / "tenstorrent-stub.nix"
 
@@ -88,6 +88,10 @@ def test_nix_module_wires_the_stub_image_into_the_serving_module() -> None:
     assert isinstance(entrypoint, list)
     assert entrypoint[1:] == ["-m", "vmtests.stub.server"]
     assert evaluated["packages"] == ["tt-smi"]
+    # The knobs file reaches the container at the reference guest's path, writable and empty.
+    assert evaluated["containerEnvFiles"] == [knobs.KNOBS_FILE]
+    assert evaluated["knobsFile"] == {"text": "", "mode": "0644"}
+    assert knobs.KNOBS_FILE.startswith("/etc/")
 
 
 @pytest.mark.nix

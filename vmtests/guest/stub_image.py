@@ -38,7 +38,7 @@ from vmtests.contracts.paths import cache_dir
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.tools import require_tools
-from vmtests.guest.image import SUITE, _file_lock, _run, mirror
+from vmtests.guest.image import SUITE, _file_lock, _prune, _run, mirror
 
 IMAGE_NAME = "vmtests-stub-vllm"
 IMAGE_TAG = "latest"
@@ -227,17 +227,6 @@ def _build(directory: Path) -> str:
     with tarfile.open(directory / DISK_NAME, "w", format=tarfile.PAX_FORMAT) as disk:
         disk.add(str(directory / ARCHIVE_NAME), arcname=ARCHIVE_NAME, filter=_reset_owner)
     return digest
-
-
-def _prune(images: Path, keep: int) -> None:
-    """Delete all but the ``keep`` newest cached archives."""
-    built = sorted(
-        (path for path in images.iterdir() if (path / "manifest.json").exists()),
-        key=lambda path: (path / "manifest.json").stat().st_mtime,
-        reverse=True,
-    )
-    for stale in built[keep:]:
-        shutil.rmtree(stale, ignore_errors=True)
 
 
 def stub_image() -> StubImage:

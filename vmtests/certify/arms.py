@@ -31,7 +31,7 @@ from vmtests.nixcore import CoreOutput, evaluate_core
 from vmtests.profiles import Profile
 from vmtests.scenario.checks import check_profile, check_service
 from vmtests.scenario.collect import take_snapshot
-from vmtests.scenario.reference_switch import ServingConfig, install_units
+from vmtests.scenario.reference_switch import ServingConfig, install_units, with_stub_image
 from vmtests.scenario.snapshot import Snapshot
 from vmtests.scenario.switching import wait_ready
 
@@ -77,7 +77,8 @@ class ReferenceInstaller:
 
     def install(self, machine: Machine, config: Configuration) -> bool:
         """Write the units for ``config`` and reload systemd; no restart."""
-        install_units(machine, ServingConfig.from_core(config.core), restart=False)
+        serving = with_stub_image(machine, ServingConfig.from_core(config.core))
+        install_units(machine, serving, restart=False)
         return True
 
 
@@ -192,5 +193,5 @@ def deploy_reference(machine: Machine, config: Configuration, port: int) -> None
     scenario's install step for the profile, after which the certification starts as on a host.
     """
     install_stub_device_layer(machine)
-    install_units(machine, ServingConfig.from_core(config.core))
+    install_units(machine, with_stub_image(machine, ServingConfig.from_core(config.core)))
     wait_ready(machine, port)

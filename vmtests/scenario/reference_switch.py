@@ -214,6 +214,15 @@ def install_image_file(machine: Machine, image: StubImage) -> str:
     return path
 
 
+def with_stub_image(machine: Machine, config: ServingConfig) -> ServingConfig:
+    """``config`` serving the stub image, whose file is put into the guest's store once."""
+    image = stub_image()
+    path = store_path(image.archive.name, image.digest)
+    if machine.execute("test -s %s", path, timeout=30).rc != 0:
+        path = install_image_file(machine, image)
+    return replace(config, image=IMAGE, image_file=path)
+
+
 class ReferenceSwitch:
     """The reference guest's switch: base = baseline serving profile, target = the profile's."""
 

@@ -70,7 +70,8 @@ def hardware_allowed(config: pytest.Config) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip ``hw`` tests unless the hardware tier was explicitly opted into; keep the tests
-    of the shared reference guest on one xdist worker, so that it boots once."""
+    of the shared reference guest, and those of each VM module, on one xdist worker, so that
+    each guest boots once."""
     skip = pytest.mark.skip(
         reason="hardware tier: needs --target ssh://user@host AND --hw-opt-in (explicit opt-in)"
     )
@@ -79,6 +80,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
         if "shared_reference_guest" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group(SHARED_GUEST_GROUP))
+        elif "vm" in item.keywords and not any(item.iter_markers("xdist_group")):
+            # A VM module's tests stay on one worker: its module-scoped guest boots once.
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
 
 
 @pytest.fixture(scope="session")

@@ -80,9 +80,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
         if "shared_reference_guest" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group(SHARED_GUEST_GROUP))
-        elif "vm" in item.keywords and not any(item.iter_markers("xdist_group")):
-            # A VM module's tests stay on one worker: its module-scoped guest boots once.
+        elif "vm" in item.keywords and _uses_a_module_fixture(item):
+            # Such a module's tests stay on one worker: its module-scoped guest boots once.
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
+def _uses_a_module_fixture(item: pytest.Item) -> bool:
+    """True when one of the fixtures ``item`` uses is module-scoped."""
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = getattr(info, "name2fixturedefs", {}) if info is not None else {}
+    return any(definition.scope == "module" for defs in definitions.values() for definition in defs)
 
 
 @pytest.fixture(scope="session")

@@ -136,3 +136,19 @@ def test_a_serving_runtime_drop_in_still_fails() -> None:
 def test_sourced_files_of_a_script() -> None:
     script = "#!/bin/sh\n. /run/a.sh\nsource /etc/b.env; exec x --env-file=/run/c.env\n"
     assert sourced_files(script) == ["/run/a.sh", "/etc/b.env", "/run/c.env"]
+
+
+def test_docker_env_file_in_the_start_script_is_named_as_such() -> None:
+    # oci-containers renders environmentFiles into the start script, not the unit file.
+    snapshot = good_snapshot()
+    _unit_without(snapshot, "QWEN36_MERGE_BATCH_GUARD")
+    env_file = "/run/serving/docker.env"
+    script = "/usr/lib/vmtests/store/x-tenstorrent-serving-start/bin/tenstorrent-serving-start"
+    snapshot.unit.sources[script] = f"#!/bin/bash\nexec docker run --env-file {env_file} image\n"
+    snapshot.unit.sources[env_file] = "QWEN36_MERGE_BATCH_GUARD=1\n"
+    (bad,) = failures(check_provenance(snapshot))
+    assert bad.message == (
+        "after the switch (S1): QWEN36_MERGE_BATCH_GUARD=1 reaches the server from docker "
+        f"--env-file {env_file} ({env_file} is under /run (runtime-only)): it will be gone "
+        "after the next reboot"
+    )

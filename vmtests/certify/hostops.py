@@ -176,7 +176,7 @@ def identity(machine: Machine, snapshot: Snapshot, smi: dict[str, Any]) -> dict[
     """The host's identity: tt-smi's boards, driver and firmware, booted system, digest."""
     devices = smi.get("device_info") or []
     return {
-        "hostname": machine.succeed("hostname").strip(),
+        "hostname": machine.succeed("cat /proc/sys/kernel/hostname").strip(),
         "kernel": machine.succeed("uname -r").strip(),
         "driver": (smi.get("host_info") or {}).get("Driver", ""),
         "tt_smi": (smi.get("host_sw_vers") or {}).get("tt_smi", ""),

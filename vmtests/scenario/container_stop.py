@@ -25,7 +25,7 @@ from vmtests.scenario.controls import ControlOutcome
 from vmtests.scenario.reference_switch import UNIT_RESTART_TIMEOUT, ReferenceSwitch, install_units
 from vmtests.scenario.results import CheckResult, failed, passed
 from vmtests.scenario.serving_unit import BACKEND, CONTAINER_NAME
-from vmtests.scenario.switching import wait_ready
+from vmtests.scenario.switching import wait_healthy, wait_ready
 
 CHECK = "container.graceful-stop"
 SIGKILL, KILLED_EXIT_CODE = "9", 137
@@ -109,7 +109,8 @@ def start_leftover_container(machine: Machine, switch: ReferenceSwitch) -> str:
         + " ".join(map(shlex.quote, target.args)),
         timeout=120,
     ).strip()
-    wait_ready(machine, target.port, timeout=180)
+    # The unit is stopped on purpose: only the hand-started container answers.
+    wait_healthy(machine, target.port, timeout=180)
     return container_id
 
 

@@ -28,6 +28,7 @@ from vmtests.scenario.reference_switch import (
     UNIT_RESTART_TIMEOUT,
     ReferenceSwitch,
     ServingConfig,
+    container_of,
     install_units,
     render_units,
     systemd_quote,
@@ -35,8 +36,14 @@ from vmtests.scenario.reference_switch import (
 )
 from vmtests.scenario.results import CheckResult
 from vmtests.scenario.scenario import evaluate_stage
-from vmtests.scenario.serving_unit import BACKEND, CONTAINER_NAME, RenderedUnits, hugepages_path
-from vmtests.scenario.switching import wait_ready
+from vmtests.scenario.serving_unit import (
+    BACKEND,
+    CONTAINER_NAME,
+    RenderedUnits,
+    hugepages_path,
+    run_script_text,
+)
+from vmtests.scenario.switching import wait_healthy, wait_ready
 from vmtests.stub import knobs, release
 
 RUNTIME_DROP_IN_DIR = f"/run/systemd/system/{SERVING_UNIT}.d"
@@ -185,31 +192,33 @@ def engine_without_prefix_caching(machine: Machine, switch: ReferenceSwitch) -> 
     _restart(machine)
 
 
-def environment_file_under_run(machine: Machine, switch: ReferenceSwitch) -> None:
-    """A durable drop-in reads the feature variables from an ``EnvironmentFile`` under /run."""
+def env_file_under_run(machine: Machine, switch: ReferenceSwitch) -> None:
+    """The feature variables reach the container only from a ``--env-file`` under /run.
+
+    As oci-containers renders ``environmentFiles = [ "/run/..." ]``
+    (nixpkgs ``nixos/modules/virtualisation/oci-containers.nix``): the unit and the module
+    are durable, the file they point at is not.
+    """
     names = [env_name(feature) for feature in ENV_FEATURES]
-    install_units(machine, switch.target.without_env(*names), wait=False)
     values = [f"{k}={v}" for k, v in switch.target.environment.items() if k in names]
     machine.write_file(RUN_ENV_FILE, "\n".join([*values, ""]))
-    _durable_drop_in(machine, "50-environment-file.conf", [f"EnvironmentFile={RUN_ENV_FILE}"])
-    _restart(machine)
+    config = replace(switch.target.without_env(*names), environment_files=(RUN_ENV_FILE,))
+    install_units(machine, config, wait=False)
 
 
 def wrapper_sources_run(machine: Machine, switch: ReferenceSwitch) -> None:
-    """A durable ExecStart wrapper takes the validated flags from a file under /run."""
+    """A durable ExecStart wrapper runs the container with flags sourced from a file under /run.
+
+    The wrapper is the unit's own ``docker run`` without the serving arguments, which it takes
+    from ``RUN_FLAGS_FILE`` (``set -- <flags>``) when it starts.
+    """
     target = switch.target
     install_units(machine, target, wait=False)
-    script = "\n".join(
-        [
-            "#!/bin/sh",
-            f". {RUN_FLAGS_FILE}",
-            "exec /usr/bin/python3 -m vmtests.stub.server $SERVING_FLAGS",
-            "",
-        ]
-    )
+    docker_run = run_script_text(replace(container_of(target), cmd=()))
+    script = "\n".join(["#!/bin/sh", f". {RUN_FLAGS_FILE}", f'{docker_run} \\\n  "$@"', ""])
+    machine.write_file(RUN_FLAGS_FILE, f"set -- {shlex.join(target.args)}\n")
     machine.write_file(WRAPPER, script)
-    machine.succeed(f"chmod 755 {WRAPPER}")
-    machine.write_file(RUN_FLAGS_FILE, f"SERVING_FLAGS={shlex.quote(' '.join(target.args))}\n")
+    machine.succeed("chmod 755 %s", WRAPPER)
     _durable_drop_in(machine, "50-wrapper.conf", ["ExecStart=", f"ExecStart={WRAPPER}"])
     _restart(machine)
 
@@ -267,8 +276,7 @@ def hand_started(machine: Machine, switch: ReferenceSwitch) -> None:
         target.args,
         HAND_PID_FILE,
     )
-    health = f"http://127.0.0.1:{target.port}/health"
-    machine.wait_until_succeeds("curl -sf -m 5 %s", health, timeout=120)
+    wait_healthy(machine, target.port, timeout=120)
 
 
 def transient_unit(machine: Machine, switch: ReferenceSwitch) -> None:
@@ -341,11 +349,11 @@ CONTROLS: tuple[Control, ...] = (
         engine_without_prefix_caching,
     ),
     Control(
-        "EnvironmentFile under /run",
-        f"feature variables only in EnvironmentFile={RUN_ENV_FILE} (durable drop-in)",
+        "env file under /run",
+        f"feature variables only in docker run --env-file {RUN_ENV_FILE} (environmentFiles)",
         "source.provenance",
-        re.compile(r"reaches the server from EnvironmentFile /run/.*gone after the next reboot"),
-        environment_file_under_run,
+        re.compile(r"reaches the server from docker --env-file /run/.*gone after the next reboot"),
+        env_file_under_run,
     ),
     Control(
         "wrapper script sources /run",

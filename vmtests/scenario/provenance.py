@@ -37,6 +37,7 @@ from vmtests.scenario.sources import (
 CHECK = "source.provenance"
 UNRELATED = "source.unrelated"
 _SOURCED = re.compile(r"""(?:^|[\s;])(?:\.|source)\s+(/[^\s;"']+)|--env-file[= ](/[^\s;"']+)""")
+_ENV_FILE = re.compile(r"""--env-file[= ](/[^\s;"']+)""")
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,8 @@ def _describe_source(snapshot: Snapshot, path: str) -> str:
     unit = snapshot.unit
     if path in unit.prop("EnvironmentFiles"):
         return f"EnvironmentFile {path}"
-    if any(path in sourced_files(text) for text in unit.files.values()):
+    texts = [*unit.files.values(), *unit.sources.values()]
+    if any(path in _ENV_FILE.findall(text) for text in texts):
         return f"docker --env-file {path}"
     readers = [p for p, text in unit.sources.items() if path in sourced_files(text)]
     if readers:

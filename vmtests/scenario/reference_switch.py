@@ -36,6 +36,7 @@ from vmtests.guest.stub_layer import install_stub_device_layer
 from vmtests.nixcore import CoreOutput, evaluate_core
 from vmtests.profiles import Profile
 from vmtests.scenario.serving_unit import (
+    OciContainer,
     RenderedUnits,
     ServiceAdjustments,
     hugepage_mount,
@@ -67,6 +68,8 @@ class ServingConfig:
     image: str = IMAGE
     image_file: str | None = None
     graceful_pre_start: bool = True
+    environment_files: tuple[str, ...] = ()
+    """Extra ``docker run --env-file`` files (oci-containers ``environmentFiles``)."""
 
     @classmethod
     def from_core(cls, core: CoreOutput) -> ServingConfig:
@@ -98,16 +101,22 @@ def systemd_quote(word: str) -> str:
     return '"' + escaped.replace("%", "%%").replace("$", "$$") + '"'
 
 
-def render_units(config: ServingConfig) -> RenderedUnits:
-    """Every unit and script of ``config``, rendered as NixOS renders the module's."""
-    container = oci_container(
+def container_of(config: ServingConfig) -> OciContainer:
+    """The module's container for ``config``."""
+    return oci_container(
         image=config.image,
         image_file=config.image_file,
         args=config.args,
         environment=config.environment,
         stop_timeout=config.stop_timeout,
         hugepages=config.hugepages,
+        environment_files=config.environment_files,
     )
+
+
+def render_units(config: ServingConfig) -> RenderedUnits:
+    """Every unit and script of ``config``, rendered as NixOS renders the module's."""
+    container = container_of(config)
     adjustments = ServiceAdjustments(
         config.banner, config.stop_timeout, config.hugepages, config.graceful_pre_start
     )

@@ -128,6 +128,7 @@ def oci_container(
     hugepages: Mapping[str, object] | None,
     devices: tuple[str, ...] = ("/dev/tenstorrent/0",),
     extra_options: tuple[str, ...] = (),
+    environment_files: tuple[str, ...] = (),
 ) -> OciContainer:
     """The module's container from the Nix core's output (``modules/tenstorrent-serving.nix``).
 
@@ -147,7 +148,7 @@ def oci_container(
         environment=dict(environment),
         extra_options=(*options, *extra_options),
         # The stub device layer's knobs (modules/tenstorrent-stub.nix adds the same file).
-        environment_files=(knobs.KNOBS_FILE,),
+        environment_files=(knobs.KNOBS_FILE, *environment_files),
     )
 
 

@@ -34,12 +34,17 @@ class Switcher(Protocol):
         """Switch ``machine`` to the target configuration (the caller waits for /health)."""
 
 
-def wait_ready(machine: Machine, port: int, timeout: float = READY_TIMEOUT) -> None:
-    """Wait until the serving unit is active and ``/health`` answers 200."""
-    machine.wait_for_unit(SERVING_UNIT, timeout)
+def wait_healthy(machine: Machine, port: int, timeout: float = READY_TIMEOUT) -> None:
+    """Wait until ``/health`` on ``port`` answers 200, whatever runs the server."""
     machine.wait_until_succeeds(
         "curl -sf -m 5 %s", f"http://127.0.0.1:{port}/health", timeout=timeout
     )
+
+
+def wait_ready(machine: Machine, port: int, timeout: float = READY_TIMEOUT) -> None:
+    """Wait until the serving unit is active and ``/health`` answers 200."""
+    machine.wait_for_unit(SERVING_UNIT, timeout)
+    wait_healthy(machine, port, timeout)
 
 
 @dataclass

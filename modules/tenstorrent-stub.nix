@@ -16,6 +16,7 @@
   config,
   lib,
   pkgs,
+  options,
   ...
 }:
 let
@@ -87,40 +88,47 @@ in
     };
   };
 
-  config = lib.mkIf cfg.enable {
-    assertions = [
-      {
-        assertion = !(config.hardware.tenstorrent.enable or false);
-        message = "hardware.tenstorrent-stub and hardware.tenstorrent (the real tt-kmd) exclude each other.";
-      }
-    ];
+  config = lib.mkIf cfg.enable (
+    {
+      assertions = [
+        {
+          assertion = !(config.hardware.tenstorrent.enable or false);
+          message = "hardware.tenstorrent-stub and hardware.tenstorrent (the real tt-kmd) exclude each other.";
+        }
+      ];
 
-    systemd.tmpfiles.rules = [
-      "d /dev/tenstorrent 0755 root root -"
-      "c /dev/tenstorrent/0 0666 root root - 245:0"
-      "d /run/tenstorrent-stub 0755 root root -"
-      "f+ /run/tenstorrent-stub/driver-version 0444 root root - 2.10.0"
-    ];
+      systemd.tmpfiles.rules = [
+        "d /dev/tenstorrent 0755 root root -"
+        "c /dev/tenstorrent/0 0666 root root - 245:0"
+        "d /run/tenstorrent-stub 0755 root root -"
+        "f+ /run/tenstorrent-stub/driver-version 0444 root root - 2.10.0"
+      ];
 
-    environment.systemPackages = [ ttSmi ];
+      environment.systemPackages = [ ttSmi ];
 
-    # The serving module runs unchanged; only where its image comes from differs.
-    services.tenstorrent-serving = {
-      image = lib.mkDefault "${stubImage.imageName}:${stubImage.imageTag}";
-      imageFile = lib.mkDefault stubImage;
-    };
+      # The serving module runs unchanged; only where its image comes from differs.
+      services.tenstorrent-serving = {
+        image = lib.mkDefault "${stubImage.imageName}:${stubImage.imageTag}";
+        imageFile = lib.mkDefault stubImage;
+      };
 
-    # The stub's fault knobs reach the server in the container through this file, as
-    # `docker run --env-file` (oci-containers `environmentFiles`, nixpkgs
-    # nixos/modules/virtualisation/oci-containers.nix); the reference guest uses the same path
-    # (vmtests/stub/knobs.py, KNOBS_FILE). A copy (mode), not a store link, so a test can write
-    # it; empty means every fault is off.
-    environment.etc."vmtests-stub/knobs.env" = {
-      text = "";
-      mode = "0644";
-    };
-    virtualisation.oci-containers.containers = lib.mkIf config.services.tenstorrent-serving.enable {
-      tenstorrent-serving.environmentFiles = [ "/etc/vmtests-stub/knobs.env" ];
-    };
-  };
+      # The stub's fault knobs reach the server in the container through this file, as
+      # `docker run --env-file` (oci-containers `environmentFiles`, nixpkgs
+      # nixos/modules/virtualisation/oci-containers.nix); the reference guest uses the same path
+      # (vmtests/stub/knobs.py, KNOBS_FILE). A copy (mode), not a store link, so a test can write
+      # it; empty means every fault is off.
+      environment.etc."vmtests-stub/knobs.env" = {
+        text = "";
+        mode = "0644";
+      };
+      virtualisation.oci-containers.containers = lib.mkIf config.services.tenstorrent-serving.enable {
+        tenstorrent-serving.environmentFiles = [ "/etc/vmtests-stub/knobs.env" ];
+      };
+    }
+    # The backdoor's PATH is the contract's tool manifest only (modules/test-instrumentation.nix);
+    # its `tt-smi` is this stub, as /run/current-system/sw/bin has it for a login shell.
+    // lib.optionalAttrs (options ? vmtests.instrumentation.toolPackages) {
+      vmtests.instrumentation.toolPackages.tt-smi = ttSmi;
+    }
+  );
 }

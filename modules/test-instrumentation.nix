@@ -44,7 +44,9 @@ let
   # gnugrep, gnused and systemd (nixpkgs nixos/lib/systemd-lib.nix); nixpkgs' own backdoor
   # sources /etc/profile instead (nixos/modules/testing/test-instrumentation.nix). Here the
   # manifest is the whole PATH contract, and the reference guest gets exactly the same programs.
-  toolPackages = map (attr: pkgs.${attr}) (lib.unique (lib.attrValues contract.tools));
+  # A configuration may supply a manifest attribute itself (the stub device layer's tt-smi).
+  toolPackage = attr: cfg.toolPackages.${attr} or pkgs.${attr};
+  toolPackages = map toolPackage (lib.unique (lib.attrValues contract.tools));
 
   maskedGettys = lib.genAttrs (map (lib.removeSuffix ".service") contract.maskedGettys) (_: {
     enable = false;
@@ -63,6 +65,17 @@ in
       default = [ ];
       example = [ "ssh-ed25519 AAAA... vmtests" ];
       description = "Public keys that may log in as ${contract.sshUser} over ssh (the suite's key).";
+    };
+
+    toolPackages = lib.mkOption {
+      type = lib.types.attrsOf lib.types.package;
+      default = { };
+      example = lib.literalExpression ''{ tt-smi = pkgs.writeShellScriptBin "tt-smi" "..."; }'';
+      description = ''
+        Packages for nixpkgs attributes of the contract's tool manifest that this configuration
+        provides itself rather than nixpkgs (the device layer's `tt-smi`). Every other program
+        of the manifest comes from `pkgs.<attribute>`.
+      '';
     };
 
     shell = lib.mkOption {

@@ -173,7 +173,10 @@ let
       };
       # The package each manifest program comes from, as this configuration's pkgs evaluates it.
       toolPackages = lib.mapAttrs (
-        _: attr: builtins.unsafeDiscardStringContext (toString (lib.getBin pkgs.${attr}))
+        _: attr:
+        builtins.unsafeDiscardStringContext (
+          toString (lib.getBin (config.vmtests.instrumentation.toolPackages.${attr} or pkgs.${attr}))
+        )
       ) contract.tools;
       toplevelOut = builtins.unsafeDiscardStringContext config.system.build.toplevel.outPath;
       additionalPaths = map (p: builtins.unsafeDiscardStringContext "${p}") (

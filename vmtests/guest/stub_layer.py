@@ -21,11 +21,12 @@ from pathlib import Path
 
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
+from vmtests.guest import toolpath
 from vmtests.stub import device, knobs
 
 GUEST_PYTHONPATH = "/opt/vmtests"
 GUEST_PACKAGE = f"{GUEST_PYTHONPATH}/vmtests"
-TT_SMI_PATH = "/usr/local/bin/tt-smi"
+TT_SMI_PATH = toolpath.DEVICE_LAYER_PROGRAMS["tt-smi"]
 SERVER_PATH = "/usr/local/bin/vmtests-stub-server"
 TMPFILES_CONF = "/etc/tmpfiles.d/tenstorrent-stub.conf"
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]

@@ -46,6 +46,14 @@ DEBIAN_PACKAGES: dict[str, tuple[str, ...]] = {
     "util-linux": ("util-linux", "bsdutils", "mount"),
 }
 
+DEVICE_LAYER_PROGRAMS: dict[str, str] = {
+    "tt-smi": "/usr/local/bin/tt-smi",
+}
+"""Manifest programs the device layer provides, not Debian: the stub layer installs them at run
+time (``vmtests.guest.stub_layer``), so their links dangle until then, as on a host without the
+device layer. The NixOS stub module supplies the same program to the backdoor
+(``vmtests.instrumentation.toolPackages`` in ``modules/tenstorrent-stub.nix``)."""
+
 NOT_ON_REFERENCE_GUEST: dict[str, str] = {
     "nix-env": "the NixOS tier's switch command; the reference guest has no Nix store",
 }
@@ -133,7 +141,12 @@ def populate(rootfs: Path) -> dict[str, str]:
         if program in NOT_ON_REFERENCE_GUEST:
             continue
         # bash plays sh, as on NixOS (the Debian default /bin/sh is dash).
-        target = "/bin/bash" if program == "sh" else find_program(rootfs, program)
+        if program == "sh":
+            target: str | None = "/bin/bash"
+        elif program in DEVICE_LAYER_PROGRAMS:
+            target = DEVICE_LAYER_PROGRAMS[program]
+        else:
+            target = find_program(rootfs, program)
         if target is None:
             missing.append(f"{program} ({GUEST_TOOLS[program]})")
             continue

@@ -31,6 +31,7 @@ from vmtests.scenario.reference_switch import (
     container_of,
     install_units,
     render_units,
+    restart_serving,
     systemd_quote,
     write_rendered,
 )
@@ -74,6 +75,10 @@ class Control:
     # A false-alarm control: unrelated state that must raise no failure at all ("detected"
     # then means "no alarm", as required).
     false_alarm: bool = False
+    # The mechanism changes a running target (masks, disables); every other one installs and
+    # starts what it needs itself, so the reset before it does not start the target (a restart
+    # costs most of a minute under TCG).
+    needs_running_target: bool = False
 
 
 @dataclass
@@ -110,10 +115,10 @@ def _feature_free(switch: ReferenceSwitch) -> ServingConfig:
     return replace(switch.target, args=base.args, environment=base.environment, banner=base.banner)
 
 
-def _restart(machine: Machine) -> None:
-    machine.succeed(
-        f"systemctl daemon-reload && systemctl restart {SERVING_UNIT}", timeout=UNIT_RESTART_TIMEOUT
-    )
+def _restart(machine: Machine, config: ServingConfig) -> None:
+    """Reload (the control wrote files after the install) and restart ``config``'s unit."""
+    machine.succeed("systemctl daemon-reload", timeout=UNIT_RESTART_TIMEOUT)
+    restart_serving(machine, config)
 
 
 def _durable_drop_in(machine: Machine, name: str, settings: list[str]) -> None:
@@ -135,20 +140,22 @@ def _exec_lines(machine: Machine, config: ServingConfig) -> list[str]:
 
 def runtime_drop_in(machine: Machine, switch: ReferenceSwitch) -> None:
     """The durable unit lacks the features; a drop-in under /run adds them (lost at reboot)."""
-    install_units(machine, _feature_free(switch), wait=False)
+    config = _feature_free(switch)
+    install_units(machine, config, restart=False)
     exec_lines = _exec_lines(machine, switch.target)
     lines = ["[Service]", "ExecStartPre=", "ExecStart=", *exec_lines, ""]
     machine.write_file(f"{RUNTIME_DROP_IN_DIR}/50-validated.conf", "\n".join(lines))
-    _restart(machine)
+    _restart(machine, config)
 
 
 def manager_environment(machine: Machine, switch: ReferenceSwitch) -> None:
     """The unit lacks the feature variables; ``systemctl set-environment`` supplies them."""
     names = [env_name(feature) for feature in ENV_FEATURES]
-    install_units(machine, switch.target.without_env(*names), wait=False)
+    config = switch.target.without_env(*names)
+    install_units(machine, config, restart=False)
     assignments = [f"{k}={v}" for k, v in switch.target.environment.items() if k in names]
     machine.succeed("systemctl set-environment %s", assignments)
-    _restart(machine)
+    _restart(machine, config)
 
 
 def not_restarted(machine: Machine, switch: ReferenceSwitch) -> None:
@@ -165,10 +172,11 @@ def not_reloaded(machine: Machine, switch: ReferenceSwitch) -> None:
 
 def lying_banner(machine: Machine, switch: ReferenceSwitch) -> None:
     """A durable drop-in prints the SDPA streaming banner; the environment lacks the switch."""
-    install_units(machine, switch.target.without_env(env_name("sdpaStreaming")), wait=False)
+    config = switch.target.without_env(env_name("sdpaStreaming"))
+    install_units(machine, config, restart=False)
     echo = f"ExecStartPre=/bin/echo {systemd_quote(banner_text('sdpaStreaming'))}"
     _durable_drop_in(machine, "50-banner.conf", [echo])
-    _restart(machine)
+    _restart(machine, config)
 
 
 def engine_without_prefix_caching(machine: Machine, switch: ReferenceSwitch) -> None:
@@ -181,7 +189,8 @@ def engine_without_prefix_caching(machine: Machine, switch: ReferenceSwitch) -> 
     profile looks for. Only the server's own cache config (``vllm:cache_config_info``, the
     engine config line) tells the truth.
     """
-    install_units(machine, switch.target, wait=False)
+    config = switch.target
+    install_units(machine, config, restart=False)
     set_stub_knobs(machine, **{knobs.MODEL_CAPABILITIES: '{"supports_prefix_caching":false}'})
     banners = [
         release.prefix_caching_line(True),
@@ -189,7 +198,7 @@ def engine_without_prefix_caching(machine: Machine, switch: ReferenceSwitch) -> 
     ]
     lines = [f"ExecStartPre=/bin/echo {systemd_quote(text)}" for text in banners]
     _durable_drop_in(machine, "50-model-build.conf", lines)
-    _restart(machine)
+    _restart(machine, config)
 
 
 def env_file_under_run(machine: Machine, switch: ReferenceSwitch) -> None:
@@ -213,28 +222,31 @@ def wrapper_sources_run(machine: Machine, switch: ReferenceSwitch) -> None:
     from ``RUN_FLAGS_FILE`` (``set -- <flags>``) when it starts.
     """
     target = switch.target
-    install_units(machine, target, wait=False)
+    config = target
+    install_units(machine, config, restart=False)
     docker_run = run_script_text(replace(container_of(target), cmd=()))
     script = "\n".join(["#!/bin/sh", f". {RUN_FLAGS_FILE}", f'{docker_run} \\\n  "$@"', ""])
     machine.write_file(RUN_FLAGS_FILE, f"set -- {shlex.join(target.args)}\n")
     machine.write_file(WRAPPER, script)
     machine.succeed("chmod 755 %s", WRAPPER)
     _durable_drop_in(machine, "50-wrapper.conf", ["ExecStart=", f"ExecStart={WRAPPER}"])
-    _restart(machine)
+    _restart(machine, config)
 
 
 def unrelated_manager_variable(machine: Machine, switch: ReferenceSwitch) -> None:
     """The correct configuration plus ``systemctl set-environment EDITOR=vi`` (unrelated)."""
-    install_units(machine, switch.target, wait=False)
+    config = switch.target
+    install_units(machine, config, restart=False)
     machine.succeed(f"systemctl set-environment {UNRELATED_VARIABLE}=vi")
-    _restart(machine)
+    _restart(machine, config)
 
 
 def unrelated_runtime_drop_in(machine: Machine, switch: ReferenceSwitch) -> None:
     """The correct configuration plus a /run drop-in that only sets CPUWeight= (unrelated)."""
-    install_units(machine, switch.target, wait=False)
+    config = switch.target
+    install_units(machine, config, restart=False)
     machine.write_file(f"{RUNTIME_DROP_IN_DIR}/50-weight.conf", "[Service]\nCPUWeight=50\n")
-    _restart(machine)
+    _restart(machine, config)
 
 
 def runtime_hugepages(machine: Machine, switch: ReferenceSwitch) -> None:
@@ -391,6 +403,7 @@ CONTROLS: tuple[Control, ...] = (
         "source.hugepages",
         re.compile(r"is masked .*will not be reserved at the next boot"),
         masked_hugepage_unit,
+        needs_running_target=True,
     ),
     Control(
         "serving unit not enabled",
@@ -398,6 +411,7 @@ CONTROLS: tuple[Control, ...] = (
         "source.not-enabled",
         re.compile(r"it will not start at the next boot"),
         not_enabled,
+        needs_running_target=True,
     ),
     Control(
         "server started by hand",
@@ -420,8 +434,9 @@ CONTROLS: tuple[Control, ...] = (
 # ---- running ---------------------------------------------------------------------------------
 
 
-def reset_to_target(machine: Machine, switch: ReferenceSwitch) -> None:
-    """Undo every control's mechanism and install the correct target configuration.
+def reset_to_target(machine: Machine, switch: ReferenceSwitch, *, start: bool = True) -> None:
+    """Undo every control's mechanism and install the correct target configuration; start it
+    unless ``start`` is False (the unit is then installed, enabled and stopped).
 
     A container left behind is stopped gracefully and removed once stopped, never ``rm -f``.
     """
@@ -443,7 +458,7 @@ def reset_to_target(machine: Machine, switch: ReferenceSwitch) -> None:
     set_stub_knobs(machine)
     health = f"http://127.0.0.1:{switch.target.port}/health"
     machine.wait_until_succeeds("! curl -s -m 2 -o /dev/null %s", health, timeout=60)
-    install_units(machine, switch.target)
+    install_units(machine, switch.target, restart=start)
 
 
 def evaluate_machine(machine: Machine, switch: ReferenceSwitch, label: str) -> list[CheckResult]:
@@ -456,7 +471,7 @@ def run_control(machine: Machine, switch: ReferenceSwitch, control: Control) -> 
     """Reset to the target, apply ``control``, (reboot,) check; report whether it was caught."""
     start = time.monotonic()
     with log.nested(f"negative control: {control.name}"):
-        reset_to_target(machine, switch)
+        reset_to_target(machine, switch, start=control.needs_running_target)
         control.apply(machine, switch)
         label = "S1"
         if control.reboot:

@@ -183,11 +183,16 @@ def install_units(
         "systemctl enable --no-reload %s 2>&1 && systemctl daemon-reload", list(rendered.units)
     )
     if restart:
-        if config.hugepages:
-            machine.succeed(_reserve_now(config.hugepages), timeout=UNIT_RESTART_TIMEOUT)
-        machine.succeed(f"systemctl restart {SERVING_UNIT}", timeout=UNIT_RESTART_TIMEOUT)
+        restart_serving(machine, config)
         if wait:
             wait_ready(machine, config.port)
+
+
+def restart_serving(machine: Machine, config: ServingConfig) -> None:
+    """Restart the serving unit of ``config`` (its hugepages reserved first, as at boot)."""
+    if config.hugepages:
+        machine.succeed(_reserve_now(config.hugepages), timeout=UNIT_RESTART_TIMEOUT)
+    machine.succeed(f"systemctl restart {SERVING_UNIT}", timeout=UNIT_RESTART_TIMEOUT)
 
 
 def install_image_file(machine: Machine, image: StubImage) -> str:

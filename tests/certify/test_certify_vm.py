@@ -24,6 +24,7 @@ import pytest
 from vmtests.certify import gates_perf, stats
 from vmtests.certify.arms import Configuration, ReferenceInstaller, deploy_reference
 from vmtests.certify.context import Options
+from vmtests.certify.hostops import mem_available_kib
 from vmtests.certify.loadgen import BatchResult
 from vmtests.certify.model import CertificationResult
 from vmtests.certify.run import certify
@@ -190,7 +191,7 @@ def test_ab_step_factor_leaves_the_noise_band(guest: QemuMachine, tmp_path: Path
 
 def test_memory_hog_makes_preflight_refuse(guest: QemuMachine, tmp_path: Path) -> None:
     set_knobs(guest, **{knobs.TIME_SCALE: CI_TIME_SCALE})
-    available = int(guest.succeed("awk '/MemAvailable/ {print $2}' /proc/meminfo"))
+    available = mem_available_kib(guest)
     hog_kib = available - 3 * 1024 * 1024  # leave 3 GiB: below the 4 GiB floor
     guest.succeed(
         f"mkdir -p /mnt/hog && mount -t tmpfs -o size={hog_kib + 65536}k hog /mnt/hog "

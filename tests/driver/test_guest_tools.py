@@ -45,7 +45,8 @@ def _fake_rootfs(tmp_path: Path, skip: str = "") -> Path:
     for debs in toolpath.DEBIAN_PACKAGES.values():
         for debian in debs:
             (info / f"{debian}.list").write_text("/usr\n/usr/bin\n")
-    programs = [p for p in GUEST_TOOLS if p not in toolpath.NOT_ON_REFERENCE_GUEST]
+    skipped = {*toolpath.NOT_ON_REFERENCE_GUEST, *toolpath.DEVICE_LAYER_PROGRAMS}
+    programs = [p for p in GUEST_TOOLS if p not in skipped]
     for program in [*programs, "dpkg-query"]:
         if program != skip:
             (rootfs / "usr/bin" / program).write_text("#!/bin/sh\n")
@@ -64,6 +65,8 @@ def test_tools_dir_holds_exactly_the_manifest(tmp_path: Path) -> None:
     assert "dpkg-query" not in present  # in the image, not in the manifest: not on the PATH
     assert links["sh"] == "/bin/bash"  # bash plays sh, as in the NixOS backdoor
     assert links["cat"] == "/usr/bin/cat"
+    # The device layer's program is linked where the stub layer installs it (not Debian's).
+    assert links["tt-smi"] == "/usr/local/bin/tt-smi"
     # A package directory holds the whole package (like a store path's bin/).
     coreutils = rootfs / toolpath.PACKAGES_DIR.lstrip("/") / "coreutils/bin"
     assert {path.name for path in coreutils.iterdir()} == {"cat", "seq"}
@@ -78,7 +81,9 @@ def test_a_manifest_program_missing_from_the_image_fails_the_build(tmp_path: Pat
 def test_every_manifest_package_has_a_debian_stand_in() -> None:
     for program, attribute in GUEST_TOOLS.items():
         assert (
-            attribute in toolpath.DEBIAN_PACKAGES or program in toolpath.NOT_ON_REFERENCE_GUEST
+            attribute in toolpath.DEBIAN_PACKAGES
+            or program in toolpath.NOT_ON_REFERENCE_GUEST
+            or program in toolpath.DEVICE_LAYER_PROGRAMS
         ), f"{program} ({attribute}) has no Debian package in toolpath.DEBIAN_PACKAGES"
 
 

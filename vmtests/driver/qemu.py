@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from vmtests.contracts.instrumentation import (
     BACKDOOR_READY_RE,
@@ -34,15 +31,7 @@ from vmtests.driver.machine import (
     CommandResult,
     Machine,
 )
-from vmtests.driver.qemu_io import (
-    SocketTransport,
-    accept_connection,
-    close_qmp,
-    connect_qmp,
-    listen_for_qemu,
-    qmp_run_state,
-    spawn_qemu,
-)
+from vmtests.driver.qemu_process import QemuProcess
 from vmtests.driver.shell import REBOOT_COMMAND, ShellChannel
 from vmtests.driver.tools import require_tools
 
@@ -119,11 +108,7 @@ class QemuMachine(Machine):
         self.console = SerialConsole(self.state_dir / "console")
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._forwards: dict[int, int] = {}
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._qmp: Any = None
-        self._transport: SocketTransport | None = None
-        self._channel: ShellChannel | None = None
-        self._runtime_dir: Path | None = None
+        self._qemu = QemuProcess(self, self.state_dir / "qemu-stderr.log")
         self._ready = False
         self._boot_id: str | None = None
         self._boot_index = 0
@@ -141,12 +126,12 @@ class QemuMachine(Machine):
     @property
     def process_running(self) -> bool:
         """True while the QEMU process exists."""
-        return self._proc is not None and self._proc.poll() is None
+        return self._qemu.running
 
     @property
     def pid(self) -> int | None:
         """PID of the QEMU process (or of the NixOS run script, which ``exec``s QEMU)."""
-        return self._proc.pid if self._proc is not None else None
+        return self._qemu.pid
 
     @property
     def ssh_port(self) -> int:
@@ -228,7 +213,7 @@ class QemuMachine(Machine):
                 if self.console.wait_for_boot(seen + 1, slice_end):
                     accel_choice.remember(binary, True, "the kernel printed its first line")
                     return "kvm"
-                state = qmp_run_state(self._qmp) if self.process_running else ""
+                state = self._qemu.run_state()
                 if not self.process_running or state in STOPPED_STATES:
                     reason = f"QEMU under KVM stopped (state {state or 'exited'})"
                     break
@@ -253,36 +238,12 @@ class QemuMachine(Machine):
             if not (keep_ports and attempt == 1 and self._forwards):
                 self._forwards = {port: procs.free_port() for port in self.guest_ports}
             with log.nested(f"launching QEMU ({accel}) for {self.name}"), self._lifecycle:
-                if self._try_launch(accel):
+                if self._qemu.launch(lambda sockets: self._spec(accel, sockets), self.console):
                     self.accel_used = accel
                     self._launches += 1
                     return
             log.warning(f"{self.name}: host port taken meanwhile (attempt {attempt}); retrying")
         raise DriverError(f"{self.name}: could not bind host ports in {PORT_ATTEMPTS} attempts")
-
-    def _try_launch(self, accel: str) -> bool:
-        """One launch attempt; False when a forwarded host port was taken in the meantime."""
-        if self._runtime_dir is not None:  # left over from an abandoned launch
-            shutil.rmtree(self._runtime_dir, ignore_errors=True)
-        self._runtime_dir, sockets, listeners = listen_for_qemu()
-        spec = self._spec(accel, sockets)
-        self._proc = spawn_qemu(spec, self.name, self.state_dir / "qemu-stderr.log")
-        try:
-            serial = accept_connection(self, listeners["serial"], "serial console")
-            backdoor = accept_connection(self, listeners["backdoor"], "backdoor console")
-        except MachineGone:
-            if "host forwarding rule" in self.stderr_tail():
-                self._stop_process()
-                return False
-            raise
-        finally:
-            for listener in listeners.values():
-                listener.close()
-        self.console.attach(serial)
-        self._transport = SocketTransport(self, backdoor)
-        self._channel = ShellChannel(self._transport, f"{self.name} backdoor")
-        self._qmp = connect_qmp(self, sockets.qmp)
-        return True
 
     def _spec(self, accel: str, sockets: qemu_launch.Sockets) -> qemu_launch.LaunchSpec:
         """The launch spec for this machine's mode."""
@@ -349,15 +310,15 @@ class QemuMachine(Machine):
                 if self._ready:
                     self._require_channel().run("systemctl --no-block poweroff", 30)
                 else:
-                    self._qmp_command("system_powerdown")
+                    self._qemu.qmp_command("system_powerdown")
             except DriverError as error:
                 log.warning(f"{self.name}: poweroff request failed ({error}); using ACPI")
-                self._qmp_command("system_powerdown")
+                self._qemu.qmp_command("system_powerdown")
             self._ready = False
-            exited = self._wait_exit(start + timeout / 2)
+            exited = self._qemu.wait_exit(start + timeout / 2)
             if not exited:
-                self._qmp_command("system_powerdown")
-                exited = self._wait_exit(start + timeout)
+                self._qemu.qmp_command("system_powerdown")
+                exited = self._qemu.wait_exit(start + timeout)
             tail = self.diagnostics()
             self.close()
             if not exited:
@@ -367,8 +328,8 @@ class QemuMachine(Machine):
         """Power off hard: QMP ``quit`` (no guest shutdown), then make sure QEMU is gone."""
         self._stopping = True
         with log.nested(f"crashing {self.name}"):
-            self._qmp_command("quit")
-            self._wait_exit(time.monotonic() + 10)
+            self._qemu.qmp_command("quit")
+            self._qemu.wait_exit(time.monotonic() + 10)
             self.close()
 
     def wait_for_new_boot(self, old_boot_id: str, timeout: float = DEFAULT_REBOOT_TIMEOUT) -> str:
@@ -392,49 +353,15 @@ class QemuMachine(Machine):
     def _release(self) -> None:
         """Kill QEMU if it still runs and drop its sockets; the console capture stays."""
         self._ready = False
-        if self._qmp is not None:
-            close_qmp(self._qmp)
-            self._qmp = None
-        self._stop_process()
-        if self._transport is not None:
-            self._transport.close()
-            self._transport = None
-        self._channel = None
-        if self._runtime_dir is not None:
-            shutil.rmtree(self._runtime_dir, ignore_errors=True)
-            self._runtime_dir = None
-
-    def _stop_process(self) -> None:
-        """Kill the QEMU process group (idempotent)."""
-        if self._proc is not None:
-            procs.reap(self._proc, grace=2.0)
-            self._proc = None
-
-    def _wait_exit(self, deadline: float) -> bool:
-        """Wait until QEMU exits or ``deadline`` passes."""
-        assert self._proc is not None
-        try:
-            self._proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            return False
-        return True
-
-    def _qmp_command(self, command: str) -> None:
-        """Send one QMP command; a QEMU that already exited is not an error."""
-        if self._qmp is None or not self.process_running:
-            return
-        try:
-            self._qmp.cmd(command)
-        except Exception as error:  # qemu.qmp raises several unrelated types here
-            if self.process_running and command != "quit":
-                raise DriverError(f"{self.name}: QMP {command} failed: {error}") from error
+        self._qemu.release()
 
     # ---- commands ----------------------------------------------------------------------------
 
     def _require_channel(self) -> ShellChannel:
-        if self._channel is None or not self.process_running:
+        channel = self._qemu.channel
+        if channel is None or not self.process_running:
             raise MachineGone(f"{self.name} is not running")
-        return self._channel
+        return channel
 
     def _run(self, command: str, timeout: float) -> CommandResult:
         """Run ``command`` as root over the backdoor port; rc, stdout and stderr separately."""
@@ -477,13 +404,13 @@ class QemuMachine(Machine):
         signal (``procs.spawn``) belongs to the thread that started it.
         """
         while True:
-            proc = self._proc
+            proc = self._qemu.proc
             if proc is None:
                 return
             proc.wait()
             self.console.wait_detached(timeout=5.0)  # the last console bytes say why it ended
             with self._lifecycle:
-                if self._stopping or self._proc is not proc:
+                if self._stopping or self._qemu.proc is not proc:
                     return
                 if RESTART_LINE not in self.console.text():
                     log.warning(f"{self.name}: QEMU exited without a guest reboot; stays down")
@@ -543,8 +470,5 @@ class QemuMachine(Machine):
         )
 
     def stderr_tail(self) -> str:
-        """The last 3000 characters QEMU wrote to its stderr log."""
-        path = self.state_dir / "qemu-stderr.log"
-        if not path.exists():
-            return ""
-        return path.read_text(errors="replace")[-3000:]
+        """The last characters QEMU wrote to its stderr log."""
+        return self._qemu.stderr_tail()

@@ -38,6 +38,7 @@ DEBIAN_PACKAGES: dict[str, tuple[str, ...]] = {
     "gnugrep": ("grep",),
     "gnused": ("sed",),
     "gnutar": ("tar",),
+    "gzip": ("gzip",),
     "iproute2": ("iproute2",),
     "procps": ("procps",),
     "python3": ("python3-minimal", "python3"),

@@ -102,6 +102,14 @@ in
         "c /dev/tenstorrent/0 0666 root root - 245:0"
         "d /run/tenstorrent-stub 0755 root root -"
         "f+ /run/tenstorrent-stub/driver-version 0444 root root - 2.10.0"
+        # The stub's fault knobs reach the server in the container through this file, as
+        # `docker run --env-file` (oci-containers `environmentFiles`, nixpkgs
+        # nixos/modules/virtualisation/oci-containers.nix); the reference guest uses the same
+        # path and rules (vmtests/stub/device.py). Created empty (every fault off) when missing
+        # and never overwritten, so a test can write it and its knobs survive a reboot; an
+        # environment.etc file would be rewritten at every boot and switch (setup-etc.pl).
+        "d /etc/vmtests-stub 0755 root root -"
+        "f /etc/vmtests-stub/knobs.env 0644 root root -"
       ];
 
       environment.systemPackages = [ ttSmi ];
@@ -112,15 +120,6 @@ in
         imageFile = lib.mkDefault stubImage;
       };
 
-      # The stub's fault knobs reach the server in the container through this file, as
-      # `docker run --env-file` (oci-containers `environmentFiles`, nixpkgs
-      # nixos/modules/virtualisation/oci-containers.nix); the reference guest uses the same path
-      # (vmtests/stub/knobs.py, KNOBS_FILE). A copy (mode), not a store link, so a test can write
-      # it; empty means every fault is off.
-      environment.etc."vmtests-stub/knobs.env" = {
-        text = "";
-        mode = "0644";
-      };
       virtualisation.oci-containers.containers = lib.mkIf config.services.tenstorrent-serving.enable {
         tenstorrent-serving.environmentFiles = [ "/etc/vmtests-stub/knobs.env" ];
       };

@@ -45,8 +45,11 @@ let
   # sources /etc/profile instead (nixos/modules/testing/test-instrumentation.nix). Here the
   # manifest is the whole PATH contract, and the reference guest gets exactly the same programs.
   # A configuration may supply a manifest attribute itself (the stub device layer's tt-smi).
-  toolPackage = attr: cfg.toolPackages.${attr} or pkgs.${attr};
-  toolPackages = map toolPackage (lib.unique (lib.attrValues contract.tools));
+  manifestAttributes = lib.unique (lib.attrValues contract.tools);
+  resolvedToolPackages = lib.genAttrs manifestAttributes (
+    attr: cfg.toolPackages.${attr} or pkgs.${attr}
+  );
+  unknownToolPackages = lib.subtractLists manifestAttributes (lib.attrNames cfg.toolPackages);
 
   maskedGettys = lib.genAttrs (map (lib.removeSuffix ".service") contract.maskedGettys) (_: {
     enable = false;
@@ -78,6 +81,14 @@ in
       '';
     };
 
+    resolvedToolPackages = lib.mkOption {
+      type = lib.types.attrsOf lib.types.package;
+      readOnly = true;
+      default = resolvedToolPackages;
+      defaultText = lib.literalMD "each manifest attribute from `toolPackages`, else `pkgs`";
+      description = "The package of each nixpkgs attribute of the tool manifest: the backdoor's `path` (read-only).";
+    };
+
     shell = lib.mkOption {
       type = lib.types.str;
       default = "${pkgs.bash}/bin/sh";
@@ -94,6 +105,13 @@ in
   };
 
   config = lib.mkIf cfg.enable {
+    assertions = [
+      {
+        assertion = unknownToolPackages == [ ];
+        message = "vmtests.instrumentation.toolPackages sets ${lib.concatStringsSep ", " unknownToolPackages}, which the tool manifest (vmtests/contracts/instrumentation.json, \"tools\") does not name: use one of its nixpkgs attributes (${lib.concatStringsSep ", " manifestAttributes}).";
+      }
+    ];
+
     # The contract's kernel parameters and console level. NixOS defaults to consoleLogLevel 4
     # (nixos/modules/system/boot/kernel.nix, which also adds `loglevel=<level>`): the
     # `Linux version` notice (level 5) would never reach the serial console.
@@ -110,7 +128,7 @@ in
           "dev-${contract.serialDevice}.device"
           "systemd-udevd.service"
         ];
-        path = toolPackages;
+        path = lib.attrValues cfg.resolvedToolPackages;
         serviceConfig = {
           ExecStart = pkgs.writeScript "vmtests-backdoor" cfg.backdoorScript;
           # The shell ends with its session, like nixpkgs' backdoor.

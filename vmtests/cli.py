@@ -23,6 +23,7 @@ from pathlib import Path
 
 from vmtests.certify.command import add_parser as add_certify_parser
 from vmtests.certify.command import command_certify
+from vmtests.contracts.serving import SERVING_CONTAINER
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
@@ -36,7 +37,6 @@ from vmtests.scenario.redact import redact_text
 from vmtests.scenario.reference_switch import ReferenceSwitch
 from vmtests.scenario.results import CheckResult
 from vmtests.scenario.scenario import Scenario, ScenarioResult
-from vmtests.scenario.serving_unit import CONTAINER_NAME
 from vmtests.scenario.switching import CommandSwitch, Switcher
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -70,8 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--report-dir", type=Path, default=Path("vmtests-report"))
     run.add_argument(
         "--container",
-        help="docker/podman container of the serving unit (the NixOS module names it "
-        "tenstorrent-serving); without it the unit's MainPID is the server",
+        default=SERVING_CONTAINER,
+        help="docker/podman container of the serving unit (default: %(default)s, as the NixOS "
+        "module names it); '' for a unit whose MainPID is the server itself",
     )
     run.add_argument(
         "--hw-opt-in", action="store_true", help="required for ssh:// targets (reboots the host)"
@@ -138,12 +139,10 @@ def run_scenario_on(
     report_dir: Path,
     *,
     target: str,
-    container: str | None = None,
+    container: str | None = SERVING_CONTAINER,
 ) -> ScenarioResult:
     """Run the scenario and write the reports, whatever happens."""
     base = _load(BASE_PROFILE) if isinstance(switcher, ReferenceSwitch) else None
-    if isinstance(switcher, ReferenceSwitch):
-        container = container or CONTAINER_NAME  # the reference guest runs the container
     scenario = Scenario(
         machine, profile, switcher, target=target, base_profile=base, container=container
     )
@@ -175,7 +174,7 @@ def command_run(args: argparse.Namespace) -> int:
             switcher,
             args.report_dir,
             target=args.target,
-            container=args.container,
+            container=args.container or None,
         )
     return EXIT_OK if result.ok else EXIT_FAILED
 

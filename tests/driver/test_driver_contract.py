@@ -22,9 +22,11 @@ MODULE = ROOT / "modules" / "test-instrumentation.nix"
 EVAL = """
 let
   lib = import @LIB@;
-  fakePackage = attr: "/fake/${attr}";
+  # Derivation-shaped (types.package accepts them); JSON shows their outPath.
+  fakeAt = path: { type = "derivation"; name = baseNameOf path; outPath = path; };
+  fakePackage = attr: fakeAt "/fake/${attr}";
   pkgs = lib.genAttrs @TOOL_PACKAGES@ fakePackage // {
-    bash = "/fake/bash";
+    bash = fakePackage "bash";
     writeScript = name: text: text;
   };
   nixosStubs = { lib, ... }: with lib; {
@@ -36,18 +38,27 @@ let
       services.openssh = mkOption { type = types.anything; default = { }; };
       users.users = mkOption { type = types.attrsOf types.anything; default = { }; };
       services.journald.settings = mkOption { type = types.anything; default = { }; };
+      assertions = mkOption { type = types.listOf types.anything; default = [ ]; };
     };
   };
-  eval = lib.evalModules {
+  evalWith = extra: lib.evalModules {
     specialArgs = { inherit pkgs; };
     modules = [
       nixosStubs
       @MODULE@
       { vmtests.instrumentation = { enable = true; authorizedKeys = [ "ssh-ed25519 AAAAtest" ]; }; }
+      extra
     ];
   };
-  c = eval.config;
+  failed = config: map (a: a.message) (builtins.filter (a: !a.assertion) config.assertions);
+  c = (evalWith { }).config;
+  stub = fakeAt "/stub/tt-smi";
+  supplied = (evalWith { vmtests.instrumentation.toolPackages.tt-smi = stub; }).config;
+  misspelt = (evalWith { vmtests.instrumentation.toolPackages.tt_smi = stub; }).config;
 in {
+  failedAssertions = failed c;
+  suppliedPath = supplied.systemd.services.vmtests-backdoor.path;
+  misspeltAssertions = failed misspelt;
   script = c.vmtests.instrumentation.backdoorScript;
   execStart = c.systemd.services.vmtests-backdoor.serviceConfig.ExecStart;
   wantedBy = c.systemd.services.vmtests-backdoor.wantedBy;
@@ -115,6 +126,18 @@ def test_nixos_backdoor_path_is_the_tool_manifest(nixos_side: dict[str, object])
     """Every program of the manifest reaches the backdoor through its nixpkgs attribute."""
     expected = {f"/fake/{attr}" for attr in contract.GUEST_TOOLS.values()}
     assert set(nixos_side["path"]) == expected  # type: ignore[call-overload]
+    assert nixos_side["failedAssertions"] == []
+
+
+@pytest.mark.nix
+def test_a_configuration_supplies_a_manifest_package_itself(nixos_side: dict[str, object]) -> None:
+    """The stub device layer's tt-smi replaces pkgs.tt-smi; a misspelt attribute is refused."""
+    path = set(nixos_side["suppliedPath"])  # type: ignore[call-overload]
+    assert "/stub/tt-smi" in path
+    assert "/fake/tt-smi" not in path
+    (message,) = nixos_side["misspeltAssertions"]  # type: ignore[misc]
+    assert message.startswith("vmtests.instrumentation.toolPackages sets tt_smi, which the tool")
+    assert "tt-smi" in message
 
 
 def test_reference_guest_files_follow_the_contract() -> None:

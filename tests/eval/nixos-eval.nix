@@ -175,7 +175,8 @@ let
       toolPackages = lib.mapAttrs (
         _: attr:
         builtins.unsafeDiscardStringContext (
-          toString (lib.getBin (config.vmtests.instrumentation.toolPackages.${attr} or pkgs.${attr}))
+          # A host without the instrumentation (production) takes every tool from pkgs.
+          toString (lib.getBin (config.vmtests.instrumentation.resolvedToolPackages or pkgs).${attr})
         )
       ) contract.tools;
       toplevelOut = builtins.unsafeDiscardStringContext config.system.build.toplevel.outPath;

@@ -88,9 +88,11 @@ def test_nix_module_wires_the_stub_image_into_the_serving_module() -> None:
     assert isinstance(entrypoint, list)
     assert entrypoint[1:] == ["-m", "vmtests.stub.server"]
     assert evaluated["packages"] == ["tt-smi"]
-    # The knobs file reaches the container at the reference guest's path, writable and empty.
+    # The knobs file reaches the container at the reference guest's path; the tmpfiles rules
+    # above create it writable and empty, and never overwrite it.
     assert evaluated["containerEnvFiles"] == [knobs.KNOBS_FILE]
-    assert evaluated["knobsFile"] == {"text": "", "mode": "0644"}
+    assert f"f {knobs.KNOBS_FILE} 0644 root root -" in evaluated["tmpfiles"]
+    assert evaluated["knobsFile"] is None  # not an environment.etc file: that is rewritten
     assert knobs.KNOBS_FILE.startswith("/etc/")
 
 

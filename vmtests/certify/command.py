@@ -27,7 +27,7 @@ from vmtests.certify.model import EXIT_CERTIFIED, EXIT_INCOMPLETE, EXIT_USAGE
 from vmtests.certify.plan import ALL_GATES, build_plan, render_plan
 from vmtests.certify.run import certify
 from vmtests.contracts.instrumentation import GUEST_MEMORY_MB
-from vmtests.contracts.serving import SERVING_PORT
+from vmtests.contracts.serving import SERVING_CONTAINER, SERVING_PORT
 from vmtests.driver.errors import DriverError
 from vmtests.guest.targets import TargetError, machine_from_target
 from vmtests.profiles import Profile, ProfileError, load_profile
@@ -57,7 +57,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--only", help=f"comma-separated gates ({', '.join(ALL_GATES[1:])})")
     parser.add_argument("--report-dir", type=Path, default=Path("vmtests-certificate"))
     parser.add_argument("--switch-command", help="switch template for ssh targets ({profile})")
-    parser.add_argument("--container", help="the serving container (docker inspect)")
+    parser.add_argument(
+        "--container",
+        default=SERVING_CONTAINER,
+        help="the serving container, read with docker inspect (default: %(default)s, as the "
+        "NixOS module names it); '' for a unit whose MainPID is the server itself",
+    )
     parser.add_argument("--port", type=int, default=SERVING_PORT, help="serving port on the host")
     parser.add_argument("--hw-opt-in", action="store_true", help="required for ssh:// targets")
 
@@ -141,7 +146,7 @@ def _run(
                 machine, profile, target=args.target,
                 installer=installer or NoSwitch(), report_dir=args.report_dir,
                 options=options, ab_profile=ab_profile, record=args.record_golden,
-                port=args.port, container=args.container,
+                port=args.port, container=args.container or None,
             )  # fmt: skip
         except DriverError as error:
             print(f"vmtests certify: the run could not start: {redact_text(str(error))}")

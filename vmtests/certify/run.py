@@ -23,7 +23,7 @@ from vmtests.certify.loadgen import LoadGenerator, RequestSpec, overhead_summary
 from vmtests.certify.model import ERROR, PASSED, CertificationResult, GateResult
 from vmtests.certify.plan import ALL_GATES
 from vmtests.certify.report import write_certificate
-from vmtests.contracts.serving import SERVING_PORT
+from vmtests.contracts.serving import SERVING_CONTAINER, SERVING_PORT
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
@@ -116,7 +116,7 @@ def certify(
     ab_profile: Profile | None = None,
     record: bool = False,
     port: int = SERVING_PORT,
-    container: str | None = None,
+    container: str | None = SERVING_CONTAINER,
     golden_dir: Path = GOLDEN_DIR,
 ) -> CertificationResult:
     """Run the certification on a started ``machine``; the certificate is always written."""

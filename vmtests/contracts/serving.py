@@ -13,6 +13,11 @@ SERVING_UNIT = "tenstorrent-serving.service"
 HUGEPAGES_UNIT = "tenstorrent-hugepages.service"
 """The boot-time oneshot that reserves the card's hugepages."""
 
+SERVING_CONTAINER = SERVING_UNIT.removesuffix(".service")
+"""The serving container's name: the module's container ``name`` (its ``serviceName`` is the
+unit). Every tier runs the server in it; the checks read its argv and environment from
+``docker inspect``."""
+
 SERVING_PORT = 8000
 """The port the OpenAI-compatible server listens on (vLLM's default, the module's default)."""
 

@@ -93,15 +93,9 @@ def install_stub_device_layer(machine: Machine) -> None:
                 machine.copy_to(source, destination)
         machine.succeed("rm -rf %s && mv %s %s", GUEST_PACKAGE, incoming, GUEST_PACKAGE)
         machine.succeed("chmod 0755 %s && chmod 0644 %s", [TT_SMI_PATH, SERVER_PATH], TMPFILES_CONF)
-        # Apply the rules now; at boot systemd-tmpfiles-setup(-dev).service applies them.
+        # Apply the rules now (device node, driver file, knobs file); at boot
+        # systemd-tmpfiles-setup(-dev).service applies them.
         machine.succeed("systemd-tmpfiles --create %s", TMPFILES_CONF)
-        # The knobs file the serving container reads (--env-file): present, faults off.
-        machine.succeed(
-            'mkdir -p "$(dirname %s)" && { [ -e %s ] || : > %s; }',
-            knobs.KNOBS_FILE,
-            knobs.KNOBS_FILE,
-            knobs.KNOBS_FILE,
-        )
         check_stub_device_layer(machine)
 
 

@@ -35,14 +35,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_UNIT
+from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_CONTAINER, SERVING_UNIT
 from vmtests.guest import toolpath
 from vmtests.stub import knobs
 
 STORE_DIR = "/usr/lib/vmtests/store"
 """Where the reference guest keeps what NixOS keeps in the store: scripts and the image file."""
 
-CONTAINER_NAME = SERVING_UNIT.removesuffix(".service")
+CONTAINER_NAME = SERVING_CONTAINER
 """The container's name (the module's ``name``; its ``serviceName`` is the same)."""
 
 BACKEND = "docker"

@@ -24,7 +24,7 @@ STUB_DEVICE = f"{DEVICE_DIR}/0"
 
 
 def tmpfiles_rules(driver_file: str = knobs.DEFAULT_DRIVER_FILE) -> list[str]:
-    """systemd-tmpfiles lines creating the device node and the driver version file.
+    """systemd-tmpfiles lines creating the device node, the driver version file and the knobs file.
 
     ``/dev`` lines are applied by systemd-tmpfiles-setup-dev.service at every boot (``/dev`` is
     a fresh devtmpfs each boot); the driver file lives in ``/run`` for the same reason sysfs
@@ -36,6 +36,10 @@ def tmpfiles_rules(driver_file: str = knobs.DEFAULT_DRIVER_FILE) -> list[str]:
         f"c {STUB_DEVICE} 0666 root root - {STUB_MAJOR}:0",
         f"d {driver_dir} 0755 root root -",
         f"f+ {driver_file} 0444 root root - {STUB_DRIVER_VERSION}",
+        # The knobs file the serving container reads (--env-file): created empty (faults off)
+        # when missing, never overwritten, so knobs a test sets survive a reboot on both guests.
+        f"d {os.path.dirname(knobs.KNOBS_FILE)} 0755 root root -",
+        f"f {knobs.KNOBS_FILE} 0644 root root -",
     ]
 
 

@@ -15,6 +15,7 @@ import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from vmtests.contracts.features import ENV_FEATURES, banner_text, env_name
 from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_UNIT
@@ -75,10 +76,11 @@ class Control:
     # A false-alarm control: unrelated state that must raise no failure at all ("detected"
     # then means "no alarm", as required).
     false_alarm: bool = False
-    # The mechanism changes a running target (masks, disables); every other one installs and
-    # starts what it needs itself, so the reset before it does not start the target (a restart
-    # costs most of a minute under TCG).
-    needs_running_target: bool = False
+    # What the mechanism starts from: "running" (it changes a running target: masks,
+    # disables), "installed" (the target's units, stopped) or "clean" (it installs and starts
+    # what it needs itself). Each restart or daemon-reload the reset saves costs seconds to
+    # most of a minute under TCG.
+    starts_from: Literal["clean", "installed", "running"] = "clean"
 
 
 @dataclass
@@ -403,7 +405,7 @@ CONTROLS: tuple[Control, ...] = (
         "source.hugepages",
         re.compile(r"is masked .*will not be reserved at the next boot"),
         masked_hugepage_unit,
-        needs_running_target=True,
+        starts_from="running",
     ),
     Control(
         "serving unit not enabled",
@@ -411,7 +413,7 @@ CONTROLS: tuple[Control, ...] = (
         "source.not-enabled",
         re.compile(r"it will not start at the next boot"),
         not_enabled,
-        needs_running_target=True,
+        starts_from="running",
     ),
     Control(
         "server started by hand",
@@ -419,6 +421,7 @@ CONTROLS: tuple[Control, ...] = (
         "source.outside-unit",
         re.compile(r"started outside tenstorrent-serving\.service"),
         hand_started,
+        starts_from="installed",
         settle=False,
     ),
     Control(
@@ -434,9 +437,14 @@ CONTROLS: tuple[Control, ...] = (
 # ---- running ---------------------------------------------------------------------------------
 
 
-def reset_to_target(machine: Machine, switch: ReferenceSwitch, *, start: bool = True) -> None:
-    """Undo every control's mechanism and install the correct target configuration; start it
-    unless ``start`` is False (the unit is then installed, enabled and stopped).
+def reset_to_target(
+    machine: Machine,
+    switch: ReferenceSwitch,
+    *,
+    to: Literal["clean", "installed", "running"] = "running",
+) -> None:
+    """Undo every control's mechanism; then install the correct target configuration
+    (``installed``, the unit stopped) and start it (``running``), or neither (``clean``).
 
     A container left behind is stopped gracefully and removed once stopped, never ``rm -f``.
     """
@@ -458,7 +466,8 @@ def reset_to_target(machine: Machine, switch: ReferenceSwitch, *, start: bool = 
     set_stub_knobs(machine)
     health = f"http://127.0.0.1:{switch.target.port}/health"
     machine.wait_until_succeeds("! curl -s -m 2 -o /dev/null %s", health, timeout=60)
-    install_units(machine, switch.target, restart=start)
+    if to != "clean":
+        install_units(machine, switch.target, restart=to == "running")
 
 
 def evaluate_machine(machine: Machine, switch: ReferenceSwitch, label: str) -> list[CheckResult]:
@@ -471,18 +480,19 @@ def run_control(machine: Machine, switch: ReferenceSwitch, control: Control) -> 
     """Reset to the target, apply ``control``, (reboot,) check; report whether it was caught."""
     start = time.monotonic()
     with log.nested(f"negative control: {control.name}"):
-        reset_to_target(machine, switch, start=control.needs_running_target)
+        reset_to_target(machine, switch, to=control.starts_from)
         control.apply(machine, switch)
         label = "S1"
         if control.reboot:
+            # Reboot a server that has started, as an operator would: a container still
+            # starting up has no SIGTERM handler yet (PID 1 ignores the signal), so the
+            # shutdown would wait out the stop timeout and then kill it.
+            _settle(machine, switch)
             machine.reboot()
             label = "S2"
         # Let the server finish starting so that only the control's own fault shows.
-        try:
-            if control.settle:
-                wait_ready(machine, switch.target.port, SETTLE_TIMEOUT)
-        except DriverError as error:
-            log.warning(f"service not ready after applying the control: {error}")
+        if control.settle:
+            _settle(machine, switch)
         results = evaluate_machine(machine, switch, label)
         failures = [result for result in results if result.failed]
         matches = [
@@ -503,6 +513,14 @@ def run_control(machine: Machine, switch: ReferenceSwitch, control: Control) -> 
         )
         log.info(f"{'detected' if outcome.detected else 'NOT DETECTED'}: {outcome.message}")
     return outcome
+
+
+def _settle(machine: Machine, switch: ReferenceSwitch) -> None:
+    """Wait for the unit and /health; a control may keep them from coming up (a warning)."""
+    try:
+        wait_ready(machine, switch.target.port, SETTLE_TIMEOUT)
+    except DriverError as error:
+        log.warning(f"service not ready after applying the control: {error}")
 
 
 def check_correct_configuration(machine: Machine, switch: ReferenceSwitch) -> list[CheckResult]:

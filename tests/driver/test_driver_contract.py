@@ -135,7 +135,9 @@ def test_a_configuration_supplies_a_manifest_package_itself(nixos_side: dict[str
     path = set(nixos_side["suppliedPath"])  # type: ignore[call-overload]
     assert "/stub/tt-smi" in path
     assert "/fake/tt-smi" not in path
-    (message,) = nixos_side["misspeltAssertions"]  # type: ignore[misc]
+    messages = nixos_side["misspeltAssertions"]
+    assert isinstance(messages, list) and len(messages) == 1, messages
+    message = str(messages[0])
     assert message.startswith("vmtests.instrumentation.toolPackages sets tt_smi, which the tool")
     assert "tt-smi" in message
 

@@ -10,16 +10,13 @@ temporary directory that is renamed into place.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import inspect
 import json
 import os
 import shutil
 import subprocess
-import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,10 +24,10 @@ from typing import Any
 from vmtests.contracts import instrumentation as contract
 from vmtests.contracts.paths import cache_dir
 from vmtests.driver.errors import DriverError
-from vmtests.driver.log import log
 from vmtests.driver.qemu import QemuMachine
 from vmtests.driver.tools import require_tools
 from vmtests.guest import toolpath
+from vmtests.guest.build_cache import cached_build, file_lock, run_step
 
 SUITE = "bookworm"
 PACKAGES = (
@@ -66,8 +63,6 @@ DOCKER_DAEMON_JSON = '{"log-driver": "journald"}\n'
 """NixOS's ``virtualisation.docker`` daemon settings that differ from Debian's: the log driver
 (nixpkgs ``nixos/modules/virtualisation/docker.nix``, ``logDriver`` defaults to journald;
 ``live-restore`` follows upstream's default since 24.11)."""
-BUILD_TIMEOUT = 1800.0
-KEEP_IMAGES = 3
 BOOT_TIME_MASKS = (
     # Units that only cost boot time in a throwaway test guest (TCG makes every unit count).
     "e2scrub_reap.service",
@@ -99,22 +94,10 @@ def mirror() -> str:
     return os.environ.get("VMTESTS_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 
 
-@contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` while the block runs."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def suite_ssh_key() -> Path:
     """The suite's ed25519 key (generated once, then reused); authorised for root in guests."""
     key = cache_dir() / "ssh" / "id_ed25519"
-    with _file_lock(key.parent / ".lock"):
+    with file_lock(key.parent / ".lock"):
         if not key.exists():
             require_tools("ssh-keygen")
             tmp = key.with_name(f"tmp-{os.getpid()}")
@@ -189,17 +172,6 @@ def input_hash(public_key: str) -> str:
     return digest.hexdigest()[:20]
 
 
-def _run(command: Sequence[str], what: str, timeout: float = BUILD_TIMEOUT) -> None:
-    """Run a build step; raise ``DriverError`` with its output tail if it fails."""
-    with log.nested(what):
-        result = subprocess.run(
-            list(command), capture_output=True, text=True, timeout=timeout, check=False
-        )
-        if result.returncode != 0:
-            tail = (result.stdout + result.stderr)[-4000:]
-            raise DriverError(f"{what} failed (rc={result.returncode}): {command}\n{tail}")
-
-
 def _customize(rootfs: Path, public_key: str) -> None:
     """Install the contract's files and units into ``rootfs``."""
     for relative, text in _rendered_files(public_key).items():
@@ -216,7 +188,7 @@ def _customize(rootfs: Path, public_key: str) -> None:
         raise DriverError(f"building the tool directories: {error}") from error
     for unit in (*contract.MASKED_GETTYS, *BOOT_TIME_MASKS):
         (rootfs / "etc/systemd/system" / unit).symlink_to("/dev/null")
-    _run(
+    run_step(
         [
             "chroot",
             str(rootfs),
@@ -234,7 +206,7 @@ def _build(directory: Path, public_key: str) -> None:
     """Build the image into ``directory``: rootfs, kernel, initrd, disk."""
     require_tools("mmdebstrap", "mkfs.ext4")
     rootfs = directory / "rootfs"
-    _run(
+    run_step(
         [
             "mmdebstrap",
             "--mode=root",
@@ -255,53 +227,25 @@ def _build(directory: Path, public_key: str) -> None:
     shutil.copy2(kernels[-1], directory / "vmlinuz")
     shutil.copy2(initrds[-1], directory / "initrd.img")
     disk = str(directory / "disk.raw")
-    _run(
+    run_step(
         ["mkfs.ext4", "-q", "-F", "-L", "vmtests-root", "-d", str(rootfs), disk, DISK_SIZE],
         "mkfs.ext4 -d rootfs disk.raw",
     )
     shutil.rmtree(rootfs)
 
 
-def _prune(images: Path, keep: int) -> None:
-    """Delete all but the ``keep`` newest cached images (each input change adds one).
-
-    Guests already running from a pruned image keep working: QEMU holds the file open.
-    """
-    built = sorted(
-        (path for path in images.iterdir() if (path / "manifest.json").exists()),
-        key=lambda path: (path / "manifest.json").stat().st_mtime,
-        reverse=True,
-    )
-    for stale in built[keep:]:
-        shutil.rmtree(stale, ignore_errors=True)
-
-
 def reference_image() -> ReferenceImage:
     """Return the reference guest image, building it first if no cached copy matches."""
     key = suite_ssh_key()
     public_key = Path(f"{key}.pub").read_text().strip()
-    digest = input_hash(public_key)
-    images = cache_dir() / "images"
-    final = images / digest
-    manifest = final / "manifest.json"
-    if not manifest.exists():
-        with _file_lock(images / f".lock-{digest}"):
-            if not manifest.exists():  # another process may have built it while we waited
-                with log.nested(f"building the reference guest image {digest}"):
-                    tmp = images / f"tmp-{digest}-{os.getpid()}"
-                    shutil.rmtree(tmp, ignore_errors=True)
-                    tmp.mkdir(parents=True)
-                    start = time.monotonic()
-                    try:
-                        _build(tmp, public_key)
-                        seconds = time.monotonic() - start
-                        data = {"hash": digest, "build_seconds": seconds, "append": KERNEL_APPEND}
-                        (tmp / "manifest.json").write_text(json.dumps(data, indent=2))
-                        os.replace(tmp, final)
-                    finally:
-                        shutil.rmtree(tmp, ignore_errors=True)
-                    _prune(images, keep=KEEP_IMAGES)
-    data = json.loads(manifest.read_text())
+
+    def build(directory: Path) -> dict[str, Any]:
+        _build(directory, public_key)
+        return {"append": KERNEL_APPEND}
+
+    final, data = cached_build(
+        cache_dir() / "images", input_hash(public_key), "the reference guest image", build
+    )
     return ReferenceImage(
         directory=final,
         kernel=final / "vmlinuz",

@@ -26,19 +26,16 @@ import hashlib
 import inspect
 import io
 import json
-import os
 import shutil
-import subprocess
 import tarfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from vmtests.contracts.paths import cache_dir
-from vmtests.driver.errors import DriverError
-from vmtests.driver.log import log
 from vmtests.driver.tools import require_tools
-from vmtests.guest.image import SUITE, _file_lock, _prune, _run, mirror
+from vmtests.guest.build_cache import cached_build, run_step
+from vmtests.guest.image import SUITE, mirror
 
 IMAGE_NAME = "vmtests-stub-vllm"
 IMAGE_TAG = "latest"
@@ -61,7 +58,6 @@ DISK_NAME = "disk.tar"
 DISK_SERIAL = "vmtests-stub-image"
 """Serial of the read-only virtio disk carrying the archive into a reference guest: a tar
 holding ``ARCHIVE_NAME`` (tar pads to whole blocks, so a block device reads it back exactly)."""
-KEEP_IMAGES = 3
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_PARTS = ("__init__.py", "stub", "contracts")
 _TRIM = (
@@ -209,7 +205,7 @@ def _build(directory: Path) -> str:
     """Build the archive into ``directory``; return the image digest."""
     require_tools("mmdebstrap", "chroot")
     rootfs = directory / "rootfs"
-    _run(
+    run_step(
         [
             "mmdebstrap",
             "--mode=root",
@@ -228,7 +224,7 @@ def _build(directory: Path) -> str:
         target = rootfs / PYTHONPATH.lstrip("/") / "vmtests" / path.relative_to(PACKAGE_ROOT)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)  # copies what the features.json link points to
-    _run(
+    run_step(
         ["chroot", str(rootfs), PYTHON, "-c", _PRECOMPILE.format(pythonpath=PYTHONPATH)],
         "importing the stub server with the image's own Python; precompiling what it loads",
         timeout=120,
@@ -242,36 +238,19 @@ def _build(directory: Path) -> str:
 
 def stub_image() -> StubImage:
     """Return the stub image archive, building it first if no cached copy matches."""
-    digest = input_hash()
-    images = cache_dir() / "stub-images"
-    final = images / digest
-    manifest = final / "manifest.json"
-    if not manifest.exists():
-        with _file_lock(images / f".lock-{digest}"):
-            if not manifest.exists():
-                with log.nested(f"building the stub image {IMAGE} ({digest})"):
-                    tmp = images / f"tmp-{digest}-{os.getpid()}"
-                    shutil.rmtree(tmp, ignore_errors=True)
-                    tmp.mkdir(parents=True)
-                    start = time.monotonic()
-                    try:
-                        image_digest = _build(tmp)
-                        archive = (tmp / ARCHIVE_NAME).read_bytes()
-                        data = {
-                            "hash": digest,
-                            "image": IMAGE,
-                            "digest": image_digest,
-                            "archive_sha256": hashlib.sha256(archive).hexdigest(),
-                            "build_seconds": time.monotonic() - start,
-                        }
-                        (tmp / "manifest.json").write_text(json.dumps(data, indent=2))
-                        os.replace(tmp, final)
-                    except (OSError, subprocess.SubprocessError) as error:
-                        raise DriverError(f"building the stub image failed: {error}") from error
-                    finally:
-                        shutil.rmtree(tmp, ignore_errors=True)
-                    _prune(images, KEEP_IMAGES)
-    data = json.loads(manifest.read_text())
+
+    def build(directory: Path) -> dict[str, Any]:
+        image_digest = _build(directory)
+        archive = (directory / ARCHIVE_NAME).read_bytes()
+        return {
+            "image": IMAGE,
+            "digest": image_digest,
+            "archive_sha256": hashlib.sha256(archive).hexdigest(),
+        }
+
+    final, data = cached_build(
+        cache_dir() / "stub-images", input_hash(), f"the stub image {IMAGE}", build
+    )
     return StubImage(
         archive=final / ARCHIVE_NAME,
         disk=final / DISK_NAME,

@@ -56,7 +56,6 @@ def test_repository_golden_covers_every_judged_prompt() -> None:
     # prompt sets: a changed prompt or budget is caught here, not in a VM run.
     from vmtests.certify.context import Options  # noqa: PLC0415
     from vmtests.certify.run import golden_specs  # noqa: PLC0415
-
     from vmtests.stub.release import VLLM_VERSION  # noqa: PLC0415
 
     # Recorded for the release the stub claims: a new release needs --record-golden again.

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from vmtests.certify import gates_perf, stats
-from vmtests.certify.arms import Configuration, ReferenceInstaller, deploy_reference
+from vmtests.certify.arms import Configuration, NoSwitch, ReferenceInstaller, deploy_reference
 from vmtests.certify.context import Options
 from vmtests.certify.hostops import mem_available_kib
 from vmtests.certify.loadgen import BatchResult
@@ -31,6 +31,7 @@ from vmtests.certify.run import certify
 from vmtests.contracts.instrumentation import GUEST_MEMORY_MB
 from vmtests.contracts.serving import SERVING_PORT, SERVING_UNIT
 from vmtests.driver.qemu import QemuMachine
+from vmtests.guest.access import ssh_to_guest
 from vmtests.guest.image import ReferenceImage, start_reference_guest
 from vmtests.guest.stub_image import DISK_SERIAL, stub_image
 from vmtests.guest.stub_layer import set_stub_knobs
@@ -122,6 +123,30 @@ def test_correct_configuration_certifies(guest: QemuMachine, tmp_path: Path) -> 
     data = json.loads((tmp_path / "certificate.json").read_text())
     assert len(data["requests"]) == len(result.requests) > 256
     assert (tmp_path / "certificate.md").read_text().startswith("# CERTIFIED")
+
+
+def test_the_same_certification_runs_over_ssh(guest: QemuMachine, tmp_path: Path) -> None:
+    """The hardware tier's path on the same guest: an ``SshMachine`` runs every host step and
+    the requests go through its ssh tunnel (the serving port is not reachable directly)."""
+    set_knobs(guest, **{knobs.TIME_SCALE: CI_TIME_SCALE})
+    ssh = ssh_to_guest(guest, tmp_path / "ssh")
+    ssh.start()
+    try:
+        result = certify(
+            ssh,
+            load_profile("cfx-llm2"),
+            target=f"ssh://root@127.0.0.1:{guest.ssh_port}",
+            installer=NoSwitch(),
+            report_dir=tmp_path / "report",
+            options=Options(only=("smoke", "extended")),
+        )
+    finally:
+        ssh.close()
+    statuses = {gate.name: gate.status for gate in result.gates}
+    assert result.exit_status == 0, (result.verdict, [g.problems[:3] for g in result.gates])
+    assert statuses == dict.fromkeys(["preflight", "smoke", "extended"], "passed")
+    assert result.identity["hostname"] == guest.succeed("cat /proc/sys/kernel/hostname").strip()
+    assert len(result.requests) == 5 + 11
 
 
 def test_fail_rate_fails_the_bound_with_its_numbers(guest: QemuMachine, tmp_path: Path) -> None:

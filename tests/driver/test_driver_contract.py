@@ -136,7 +136,8 @@ def test_a_configuration_supplies_a_manifest_package_itself(nixos_side: dict[str
     assert "/stub/tt-smi" in path
     assert "/fake/tt-smi" not in path
     messages = nixos_side["misspeltAssertions"]
-    assert isinstance(messages, list) and len(messages) == 1, messages
+    assert isinstance(messages, list)
+    assert len(messages) == 1, messages
     message = str(messages[0])
     assert message.startswith("vmtests.instrumentation.toolPackages sets tt_smi, which the tool")
     assert "tt-smi" in message

@@ -170,13 +170,17 @@ class Engine:
             self._aborted.wait()
             raise RequestError(500, "InternalServerError", "request aborted: engine hung")
         self.metrics.observe("vllm:time_to_first_token_seconds", time.monotonic() - arrival)
-        previous = time.monotonic()
         for index, piece in enumerate(request.pieces):
             if index:
+                # The engine's own step: vLLM times inter-token latency from engine-core output
+                # timestamps (vllm v1/metrics/stats.py, IterationStats), and its engine does not
+                # wait for the API server to stream the previous token; this generator does
+                # (the ``yield``), so that time is left out here.
+                step_start = time.monotonic()
                 self._sleep(self.latency.step_seconds(self._running))
-                now = time.monotonic()
-                self.metrics.observe("vllm:inter_token_latency_seconds", now - previous)
-                previous = now
+                self.metrics.observe(
+                    "vllm:inter_token_latency_seconds", time.monotonic() - step_start
+                )
             self.metrics.add("vllm:generation_tokens", 1)
             yield piece
         self.metrics.success(stats.finished_reason)

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from vmtests.driver import accel
+from vmtests.driver import accel, qemu_launch
 from vmtests.driver.machine import Machine
 from vmtests.driver.qemu import QemuMachine
 from vmtests.guest.access import ssh_to_guest
@@ -104,6 +104,8 @@ def measure_accel_choice(state: Path, record: Callable[[str, str], None]) -> Non
                 accel="auto",
             )
             try:
+                # What start() does before it decides: the probe boots the guest's own disk.
+                qemu_launch.create_overlay(image.disk, guest.overlay)
                 start = time.monotonic()
                 chosen = guest.choose_accel()
                 seconds = time.monotonic() - start

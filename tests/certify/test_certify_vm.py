@@ -29,14 +29,13 @@ from vmtests.certify.loadgen import BatchResult
 from vmtests.certify.model import CertificationResult
 from vmtests.certify.run import certify
 from vmtests.contracts.instrumentation import GUEST_MEMORY_MB
-from vmtests.contracts.serving import SERVING_PORT, SERVING_UNIT
+from vmtests.contracts.serving import SERVING_CONTAINER, SERVING_PORT, SERVING_UNIT
 from vmtests.driver.qemu import QemuMachine
 from vmtests.guest.access import ssh_to_guest
 from vmtests.guest.image import ReferenceImage, start_reference_guest
 from vmtests.guest.stub_image import DISK_SERIAL, stub_image
 from vmtests.guest.stub_layer import set_stub_knobs
 from vmtests.profiles import load_profile
-from vmtests.scenario.serving_unit import CONTAINER_NAME
 from vmtests.scenario.switching import wait_ready
 from vmtests.stub import knobs
 
@@ -242,7 +241,7 @@ def test_sigkill_on_stop_fails_the_stop_check(guest: QemuMachine, tmp_path: Path
     set_knobs(guest, **{knobs.TIME_SCALE: CI_TIME_SCALE})
     # The stop kills the container (what `docker stop -t 60` does when the grace time runs out).
     guest.write_file(
-        KILL_DROP_IN, f"[Service]\nExecStop=\nExecStop=/usr/bin/docker kill {CONTAINER_NAME}\n"
+        KILL_DROP_IN, f"[Service]\nExecStop=\nExecStop=/usr/bin/docker kill {SERVING_CONTAINER}\n"
     )
     guest.succeed("systemctl daemon-reload")
     try:

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from vm_support import REFERENCE_TARGET, reference_machine
 
+from vmtests.contracts.serving import SERVING_CONTAINER
 from vmtests.profiles import load_profile
 from vmtests.report import write_scenario_report
 from vmtests.scenario.reference_switch import ReferenceSwitch
 from vmtests.scenario.scenario import Scenario
-from vmtests.scenario.serving_unit import CONTAINER_NAME
 
 pytestmark = [pytest.mark.vm, pytest.mark.nix]
 
@@ -28,7 +28,7 @@ def test_scenario_passes_on_the_reference_guest(
             ReferenceSwitch(profile),
             target=REFERENCE_TARGET,
             base_profile=load_profile("baseline"),
-            container=CONTAINER_NAME,
+            container=SERVING_CONTAINER,
         )
         try:
             scenario.run()

@@ -18,13 +18,13 @@ import shlex
 import time
 from dataclasses import dataclass, replace
 
-from vmtests.contracts.serving import SERVING_UNIT
+from vmtests.contracts.serving import SERVING_CONTAINER, SERVING_UNIT
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
 from vmtests.scenario.controls import ControlOutcome
 from vmtests.scenario.reference_switch import UNIT_RESTART_TIMEOUT, ReferenceSwitch, install_units
 from vmtests.scenario.results import CheckResult, failed, passed
-from vmtests.scenario.serving_unit import BACKEND, CONTAINER_NAME
+from vmtests.scenario.serving_unit import BACKEND
 from vmtests.scenario.switching import wait_healthy, wait_ready
 
 CHECK = "container.graceful-stop"
@@ -104,7 +104,7 @@ def start_leftover_container(machine: Machine, switch: ReferenceSwitch) -> str:
         )
     environment = " ".join(f"-e {shlex.quote(f'{k}={v}')}" for k, v in target.environment.items())
     container_id = machine.succeed(
-        f"{BACKEND} run -d --name={CONTAINER_NAME} --network=host --ipc=host "
+        f"{BACKEND} run -d --name={SERVING_CONTAINER} --network=host --ipc=host "
         f"--device=/dev/tenstorrent/0 {environment} {shlex.quote(target.image)} "
         + " ".join(map(shlex.quote, target.args)),
         timeout=120,
@@ -116,7 +116,7 @@ def start_leftover_container(machine: Machine, switch: ReferenceSwitch) -> str:
 
 def _serving_container_id(machine: Machine) -> str:
     return machine.succeed(
-        f"{BACKEND} inspect --format '{{{{.Id}}}}' {CONTAINER_NAME}", timeout=60
+        f"{BACKEND} inspect --format '{{{{.Id}}}}' {SERVING_CONTAINER}", timeout=60
     ).strip()
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from vmtests.contracts.features import ENV_FEATURES, banner_text, env_name
-from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_UNIT
+from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_CONTAINER, SERVING_UNIT
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
@@ -40,7 +40,6 @@ from vmtests.scenario.results import CheckResult
 from vmtests.scenario.scenario import evaluate_stage
 from vmtests.scenario.serving_unit import (
     BACKEND,
-    CONTAINER_NAME,
     RenderedUnits,
     hugepages_path,
     run_script_text,
@@ -452,8 +451,8 @@ def reset_to_target(
     timeout = switch.target.stop_timeout
     machine.succeed(
         f"systemctl stop {SERVING_UNIT} 2>&1; "
-        f"if {BACKEND} container inspect {CONTAINER_NAME} >/dev/null 2>&1; then "
-        f"{BACKEND} stop -t {timeout} {CONTAINER_NAME}; {BACKEND} rm {CONTAINER_NAME}; fi; "
+        f"if {BACKEND} container inspect {SERVING_CONTAINER} >/dev/null 2>&1; then "
+        f"{BACKEND} stop -t {timeout} {SERVING_CONTAINER}; {BACKEND} rm {SERVING_CONTAINER}; fi; "
         f"if [ -s {HAND_PID_FILE} ]; then kill $(cat {HAND_PID_FILE}) 2>/dev/null; "
         f"rm -f {HAND_PID_FILE}; fi; "
         f"rm -rf {RUNTIME_DROP_IN_DIR} {DURABLE_DROP_IN_DIR} /run/systemd/system/{SERVING_UNIT}; "
@@ -472,7 +471,7 @@ def reset_to_target(
 
 def evaluate_machine(machine: Machine, switch: ReferenceSwitch, label: str) -> list[CheckResult]:
     """Snapshot the machine and run every single-snapshot check against the switch's profile."""
-    snapshot = take_snapshot(machine, label, port=switch.target.port, container=CONTAINER_NAME)
+    snapshot = take_snapshot(machine, label, port=switch.target.port, container=SERVING_CONTAINER)
     return evaluate_stage(switch.profile, snapshot)
 
 

@@ -42,9 +42,6 @@ from vmtests.stub import knobs
 STORE_DIR = "/usr/lib/vmtests/store"
 """Where the reference guest keeps what NixOS keeps in the store: scripts and the image file."""
 
-CONTAINER_NAME = SERVING_CONTAINER
-"""The container's name (the module's ``name``; its ``serviceName`` is the same)."""
-
 BACKEND = "docker"
 RUNTIME_SHELL = "/bin/bash"
 STOP_TIMEOUT_MARGIN = 30
@@ -141,7 +138,7 @@ def oci_container(
         options.append(f"--volume={mount}:{mount}")
     options += ["--ipc=host", "--network=host", f"--stop-timeout={stop_timeout}"]
     return OciContainer(
-        name=CONTAINER_NAME,
+        name=SERVING_CONTAINER,
         image=image,
         image_file=image_file,
         cmd=tuple(args),
@@ -311,7 +308,7 @@ def render_hugepage_units(hugepages: Mapping[str, object], rendered: RenderedUni
             "Before=sysinit.target shutdown.target",
             "Conflicts=shutdown.target",
             "DefaultDependencies=no",
-            f"Description=Reserve {count} x {size} hugepages for {CONTAINER_NAME}",
+            f"Description=Reserve {count} x {size} hugepages for {SERVING_CONTAINER}",
             "",
             "[Service]",
             f"Environment={_systemd_value('PATH=' + toolpath.unit_path())}",
@@ -332,7 +329,7 @@ def render_hugepage_units(hugepages: Mapping[str, object], rendered: RenderedUni
             f"After={HUGEPAGES_UNIT}",
             "Before=sysinit.target",
             "DefaultDependencies=no",
-            f"Description=hugetlbfs with {size} pages for {CONTAINER_NAME}",
+            f"Description=hugetlbfs with {size} pages for {SERVING_CONTAINER}",
             "",
             "[Mount]",
             "What=hugetlbfs",

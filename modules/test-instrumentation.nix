@@ -128,7 +128,8 @@ in
           "dev-${contract.serialDevice}.device"
           "systemd-udevd.service"
         ];
-        path = lib.attrValues cfg.resolvedToolPackages;
+        # In manifest order (attrValues would sort by attribute name).
+        path = map (attr: cfg.resolvedToolPackages.${attr}) manifestAttributes;
         serviceConfig = {
           ExecStart = pkgs.writeScript "vmtests-backdoor" cfg.backdoorScript;
           # The shell ends with its session, like nixpkgs' backdoor.

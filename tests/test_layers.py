@@ -27,7 +27,16 @@ ALLOWED: dict[str, set[str]] = {
     "stub": {"contracts"},
     "profiles": {"contracts", "nixcore"},
     "guest": {"contracts", "driver", "stub", "tt_smi_parse"},
-    "scenario": {"contracts", "nixcore", "driver", "stub", "profiles", "guest", "tt_smi_parse"},
+    "scenario": {
+        "contracts",
+        "nixcore",
+        "nixos_eval",
+        "driver",
+        "stub",
+        "profiles",
+        "guest",
+        "tt_smi_parse",
+    },
     "certify": {
         "contracts",
         "nixcore",

@@ -21,9 +21,11 @@ Where it runs (``find_environment``):
 API for other parts of the suite (the reference guest installs what NixOS renders):
 
 - ``evaluate(configurations=None, outputs=True) -> dict``: the raw JSON document, cached per
-  process and arguments; raises ``NixosEvalUnavailable`` (its message names the set-up step)
-  or ``NixError``; ``describe(configuration)``: one configuration's part of it (reusing any
-  evaluation already made);
+  process and arguments, and on disk by its inputs (``disk_cache_key``: the checkout's files,
+  the tree's stamp, the expression), so parallel workers evaluate once; raises
+  ``NixosEvalUnavailable`` (its message names the set-up step) or ``NixError``;
+  ``describe(configuration)``: one configuration's part of it (reusing any evaluation already
+  made);
 - ``serving_unit(configuration) -> RenderedUnit`` and ``rendered_unit(configuration, key)``:
   one unit as NixOS renders it (``key``: ``serving``, ``backdoor`` or ``hugepages``);
 - ``RenderedUnit``: ``settings`` (every ``[Section] Key=`` value, in order),
@@ -37,6 +39,8 @@ API for other parts of the suite (the reference guest installs what NixOS render
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
 import re
@@ -56,6 +60,8 @@ SETUP_SCRIPT = "scripts/setup-nixos-eval"
 EVAL_TIMEOUT = 900.0
 MIN_NIX = (2, 18)
 CHROOT_TREE, CHROOT_REPO = "/nixpkgs", "/src"
+KEEP_CACHED = 12
+"""Evaluations kept in the on-disk cache (each checkout change adds some)."""
 
 
 class NixosEvalUnavailable(RuntimeError):
@@ -217,6 +223,63 @@ def run_nix(environment: Environment, expr: str, timeout: float = EVAL_TIMEOUT) 
 
 _CACHE: dict[tuple[tuple[str, ...] | None, bool], dict[str, Any]] = {}
 
+SOURCE_EXCLUDED = {".git", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache", "result"}
+"""What ``tests/eval/nixos-eval.nix`` leaves out of the flake's source (its ``filter``)."""
+
+
+def source_digest(root: Path = REPO_ROOT) -> str:
+    """sha256 over every file of the flake's source as the evaluation copies it."""
+    digest = hashlib.sha256()
+    for directory, subdirs, files in os.walk(root):
+        subdirs[:] = sorted(d for d in subdirs if d not in SOURCE_EXCLUDED)
+        for name in sorted(files):
+            path = Path(directory, name)
+            if name in SOURCE_EXCLUDED or not path.is_file():
+                continue
+            digest.update(str(path.relative_to(root)).encode() + b"\0")
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def disk_cache_key(environment: Environment, expr: str) -> str | None:
+    """The evaluation's key in the on-disk cache, or None when its inputs cannot be named.
+
+    Inputs: the expression, the environment, this checkout's files and the tree's identity
+    (the ``.vmtests-ready`` stamp ``scripts/setup-nixos-eval`` writes: the snapshot's commit).
+    A tree without a stamp ($VMTESTS_NIXPKGS) may change under us: never cached on disk.
+    """
+    stamp = b""
+    if environment.tree is not None:
+        ready = environment.tree / ".vmtests-ready"
+        if not ready.is_file():
+            return None
+        stamp = ready.read_bytes()
+    parts = [expr.encode(), environment.describe().encode(), stamp, source_digest().encode()]
+    return hashlib.sha256(b"\0".join(parts)).hexdigest()
+
+
+def cached_run_nix(environment: Environment, expr: str) -> Any:
+    """``run_nix``, through the on-disk cache (``<cache>/nixos-eval``): parallel test workers
+    and later runs of the same checkout evaluate once (about a minute each under load)."""
+    key = disk_cache_key(environment, expr)
+    if key is None:
+        return run_nix(environment, expr)
+    directory = cache_dir() / "nixos-eval"
+    directory.mkdir(parents=True, exist_ok=True)
+    stored = directory / f"{key}.json"
+    with (directory / f".lock-{key}").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stored.is_file():
+            return json.loads(stored.read_text())
+        data = run_nix(environment, expr)
+        partial = stored.with_suffix(".tmp")
+        partial.write_text(json.dumps(data))
+        partial.replace(stored)
+    for stale in sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime)[:-KEEP_CACHED]:
+        stale.unlink(missing_ok=True)
+        stale.with_name(f".lock-{stale.stem}").unlink(missing_ok=True)
+    return data
+
 
 def evaluate(configurations: list[str] | None = None, *, outputs: bool = True) -> dict[str, Any]:
     """The evaluation document of ``tests/eval/nixos-eval.nix`` (cached per arguments).
@@ -227,7 +290,7 @@ def evaluate(configurations: list[str] | None = None, *, outputs: bool = True) -
     key = (None if configurations is None else tuple(configurations), outputs)
     if key not in _CACHE:
         environment = find_environment()
-        data: dict[str, Any] = run_nix(
+        data: dict[str, Any] = cached_run_nix(
             environment, expression(environment, configurations, outputs)
         )
         data["environment"] = environment.describe()
@@ -247,6 +310,13 @@ def describe(configuration: str) -> dict[str, Any]:
     return described
 
 
+def job_script_file(text: str, shell: str = "/bin/sh") -> str:
+    """The file a job script is (nixos/lib/systemd-lib.nix ``makeJobScript`` without strict
+    shell checks): ``writeShellScriptBin`` (pkgs/build-support/trivial-builders) writes
+    ``#!<shell>\\n<text>\\n`` of the text ``set -e\\n\\n<body>\\n``."""
+    return f"#!{shell}\nset -e\n\n{text}\n\n"
+
+
 @dataclass(frozen=True)
 class Exec:
     """One ``Exec*=`` command of a unit; ``script`` is a job script's body, when it is one."""
@@ -260,11 +330,10 @@ class Exec:
         return shlex.split(self.command)[0].lstrip("-+!@:")
 
     def file_text(self, shell: str = "/bin/sh") -> str:
-        """The script file as nixpkgs writes it (nixos/lib/systemd-lib.nix makeJobScript:
-        writeShellScriptBin of ``set -e`` and the body), with ``shell`` as its interpreter."""
+        """The script file as nixpkgs writes it (``job_script_file``)."""
         if self.script is None:
             raise ValueError(f"{self.command} is not a job script of the unit")
-        return f"#!{shell}\nset -e\n\n{self.script}\n"
+        return job_script_file(self.script, shell)
 
 
 @dataclass(frozen=True)

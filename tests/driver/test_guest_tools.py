@@ -89,8 +89,9 @@ def test_every_manifest_package_has_a_debian_stand_in() -> None:
 
 def test_unit_path_is_the_units_path_then_systemd_libs_defaults() -> None:
     path = toolpath.unit_path(("docker",)).split(":")
-    names = [entry.removeprefix(toolpath.PACKAGES_DIR + "/").removesuffix("/bin") for entry in path]
-    assert names == ["docker", "coreutils", "findutils", "gnugrep", "gnused", "systemd"]
+    names = [entry.removeprefix(toolpath.PACKAGES_DIR + "/") for entry in path]
+    packages = ["docker", "coreutils", "findutils", "gnugrep", "gnused", "systemd"]
+    assert names == [f"{p}/bin" for p in packages] + [f"{p}/sbin" for p in packages]
     assert toolpath.unit_path().split(":")[0].endswith("/coreutils/bin")
     with pytest.raises(ValueError, match="no-such-package"):
         toolpath.unit_path(("no-such-package",))

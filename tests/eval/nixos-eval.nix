@@ -118,6 +118,12 @@ let
     if units ? "${name}.service" then
       {
         text = units."${name}.service".text;
+        # True: the job scripts are writeShellApplication (errexit, nounset, pipefail).
+        strict = service.enableStrictShellChecks;
+        # Links systemd-lib.nix makes beside the unit file, which its text does not carry.
+        links = lib.filterAttrs (_: targets: targets != [ ]) {
+          inherit (service) requiredBy upheldBy aliases;
+        };
         scripts = lib.mapAttrs' (
           suffix: text: lib.nameValuePair (builtins.unsafeDiscardStringContext (script suffix text)) text
         ) (lib.filterAttrs (_: text: text != "") jobs);
@@ -171,6 +177,21 @@ let
         serving = unitView configuration "tenstorrent-serving";
         hugepages = unitView configuration "tenstorrent-hugepages";
       };
+      # The hugetlbfs mount unit the module declares (systemd.mounts), by its exact unit name.
+      mounts =
+        let
+          utils = configuration._module.args.utils;
+          mountName = "${utils.escapeSystemdPath "/dev/hugepages-${serving.hugepages.size}"}.mount";
+        in
+        lib.optionalAttrs (serving.enable && config.systemd.units ? ${mountName}) {
+          ${mountName} = config.systemd.units.${mountName}.text;
+        };
+      # The image file's store path, as the pre-start script names it (`docker load -i`).
+      imageFilePath =
+        if serving.enable && serving.imageFile != null then
+          builtins.unsafeDiscardStringContext (toString serving.imageFile)
+        else
+          null;
       # The package each manifest program comes from, as this configuration's pkgs evaluates it.
       toolPackages = lib.mapAttrs (
         _: attr:

@@ -78,14 +78,19 @@ def test_start_script_is_oci_containers_docker_run() -> None:
 
 def test_pre_start_loads_the_image_file_and_never_kills_a_leftover() -> None:
     scripts = _scripts_by_name(_config())
-    pre = scripts["pre-start"]
-    assert pre.startswith("#!/bin/bash\nset -o errexit\nset -o nounset\nset -o pipefail\n")
-    assert f"docker load -i {IMAGE_FILE}" in pre
-    assert "docker stop -t 60 tenstorrent-serving" in pre
-    assert "rm -f" not in pre
-    assert scripts["tenstorrent-serving-pre-start"].endswith(
+    pre = scripts["tenstorrent-serving-pre-start"]
+    assert pre.startswith(
+        "#!/bin/bash\nset -e\n\n"
         "echo 'tenstorrent-serving-config: prefix-caching=on digest=sha256:00'\n"
-    )
+    )  # the module's banner first
+    assert pre.rstrip().endswith(f"docker load -i {IMAGE_FILE}")
+    running = "docker inspect --format '{{.State.Running}}' tenstorrent-serving"
+    assert pre.index(running) < pre.index("docker stop -t 60 tenstorrent-serving")
+    assert pre.index("docker stop -t 60") < pre.index("docker rm tenstorrent-serving")
+    assert "rm -f" not in pre
+    forced = _scripts_by_name(_config(graceful_pre_start=False))["tenstorrent-serving-pre-start"]
+    assert "docker rm -f tenstorrent-serving || true" in forced  # oci-containers' own
+    assert "docker stop" not in forced
     assert (
         "docker stop -t 60 tenstorrent-serving || true" in scripts["tenstorrent-serving-pre-stop"]
     )
@@ -97,8 +102,8 @@ def test_pre_start_loads_the_image_file_and_never_kills_a_leftover() -> None:
 def test_unit_has_the_modules_order_path_and_timeouts() -> None:
     lines = _unit_lines(_config())
     pre = [line for line in lines if line.startswith("ExecStartPre=")]
-    assert pre[0].endswith("/bin/tenstorrent-serving-pre-start")  # the module's banner first
-    assert pre[1].endswith("/bin/pre-start")
+    assert len(pre) == 1  # the module's preStart replaces oci-containers' pre-start
+    assert pre[0].endswith("/bin/tenstorrent-serving-pre-start")
     assert "After=docker.service docker.socket tenstorrent-hugepages.service" in lines
     assert "Requires=tenstorrent-hugepages.service" in lines
     assert "RequiresMountsFor=/dev/hugepages-1G" in lines
@@ -106,6 +111,7 @@ def test_unit_has_the_modules_order_path_and_timeouts() -> None:
     assert "TimeoutStartSec=0" in lines
     assert "Restart=on-failure" in lines
     assert f'Environment="PATH={toolpath.unit_path(("docker",))}"' in lines
+    assert 'Environment="TZDIR=/usr/share/zoneinfo"' in lines  # systemd.globalEnvironment
 
 
 def test_hugepage_units_follow_the_module() -> None:

@@ -5,9 +5,9 @@ serving profile (``hosts/profiles/*.nix``), including the expected config digest
 it depends on the target:
 
 - ``ReferenceInstaller``: the reference guest's install step from the persistence scenario
-  (``vmtests.scenario.reference_switch.install_units``: units rendered from the core's output,
-  daemon-reload, enable), without its restart: the caller restarts through the unit and checks
-  the stop;
+  (``vmtests.scenario.reference_switch.install_units``: the NixOS evaluation's units, or units
+  rendered from the core's output; daemon-reload, enable), without its restart: the caller
+  restarts through the unit and checks the stop;
 - ``CommandInstaller``: a command on the machine, e.g. ``nixos-rebuild switch --flake
   /etc/nixos#{profile}``; switch-to-configuration restarts the unit itself, so the kill check
   reads the unit's journal since the switch began.
@@ -31,7 +31,7 @@ from vmtests.nixcore import CoreOutput, evaluate_core
 from vmtests.profiles import Profile
 from vmtests.scenario.checks import check_profile, check_service
 from vmtests.scenario.collect import take_snapshot
-from vmtests.scenario.reference_switch import ServingConfig, install_units, with_stub_image
+from vmtests.scenario.reference_switch import install_units, reference_config, units_source
 from vmtests.scenario.snapshot import Snapshot
 from vmtests.scenario.switching import wait_ready
 
@@ -73,11 +73,16 @@ class Installer(Protocol):
 class ReferenceInstaller:
     """The reference guest: the scenario's install step, the restart left to the caller."""
 
-    description = "reference install step (units rendered from the Nix core)"
+    def __init__(self) -> None:
+        self.source, why = units_source()
+        what = "the NixOS evaluation's units" if self.source == "nixos" else "rendered units"
+        self.description = f"reference install step ({what}: {why})"
 
     def install(self, machine: Machine, config: Configuration) -> bool:
         """Write the units for ``config`` and reload systemd; no restart."""
-        serving = with_stub_image(machine, ServingConfig.from_core(config.core))
+        serving = reference_config(
+            machine, config.profile.serving_profile, config.core, self.source
+        )
         install_units(machine, serving, restart=False)
         return True
 
@@ -193,5 +198,8 @@ def deploy_reference(machine: Machine, config: Configuration, port: int) -> None
     scenario's install step for the profile, after which the certification starts as on a host.
     """
     install_stub_device_layer(machine)
-    install_units(machine, with_stub_image(machine, ServingConfig.from_core(config.core)))
+    source, _ = units_source()
+    install_units(
+        machine, reference_config(machine, config.profile.serving_profile, config.core, source)
+    )
     wait_ready(machine, port)

@@ -71,12 +71,15 @@ _BIN_DIRS = ("usr/local/bin", "usr/bin", "bin", "usr/sbin", "sbin")
 
 
 def unit_path(packages: Sequence[str] = ()) -> str:
-    """``PATH=`` of a unit whose ``path`` is ``packages``: NixOS's order, then the defaults."""
-    chosen = list(dict.fromkeys([*packages, *SYSTEMD_DEFAULT_PATH]))
+    """``PATH=`` of a unit whose ``path`` is ``packages``, then the defaults, as NixOS writes it:
+    every package's ``bin``, then every package's ``sbin`` (``stage2ServiceConfig``:
+    ``makeBinPath`` then ``makeSearchPathOutput "bin" "sbin"``; an ``sbin`` that does not exist
+    is harmless there and here)."""
+    chosen = [*packages, *SYSTEMD_DEFAULT_PATH]  # NixOS does not remove duplicates either
     unknown = [attr for attr in chosen if attr not in DEBIAN_PACKAGES]
     if unknown:
         raise ValueError(f"no Debian stand-in for nixpkgs packages {unknown} (DEBIAN_PACKAGES)")
-    return ":".join(f"{PACKAGES_DIR}/{attr}/bin" for attr in chosen)
+    return ":".join(f"{PACKAGES_DIR}/{attr}/{d}" for d in ("bin", "sbin") for attr in chosen)
 
 
 def _dpkg_files(rootfs: Path, package: str) -> list[str]:

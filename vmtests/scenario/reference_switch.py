@@ -20,11 +20,13 @@ production had it before the change, without the validated features.
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from vmtests import nixos_eval
 from vmtests.contracts.instrumentation import GUEST_MEMORY_MB
 from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_PORT, SERVING_UNIT
 from vmtests.driver.errors import DriverError
@@ -35,6 +37,7 @@ from vmtests.guest.stub_image import ARCHIVE_NAME, DISK_SERIAL, IMAGE, StubImage
 from vmtests.guest.stub_layer import install_stub_device_layer
 from vmtests.nixcore import CoreOutput, evaluate_core
 from vmtests.profiles import Profile
+from vmtests.scenario import nixos_units
 from vmtests.scenario.serving_unit import (
     OciContainer,
     RenderedUnits,
@@ -49,6 +52,11 @@ from vmtests.scenario.serving_unit import (
 from vmtests.scenario.switching import wait_ready
 
 UNIT_DIR = "/etc/systemd/system"
+UNITS_ENV = "VMTESTS_UNITS"
+"""``nixos``: install the full NixOS evaluation's units (an error where none can run);
+``renderer``: ``vmtests.scenario.serving_unit``'s, from the Nix core's output; ``auto``
+(default): ``nixos`` where an evaluation can run, else ``renderer``. The switch's description
+(in every report) says which ran and why."""
 BASE_SERVING_PROFILE = "hosts/profiles/baseline.nix"
 RESERVE_TRIES = 3
 UNIT_RESTART_TIMEOUT = 360.0
@@ -70,6 +78,13 @@ class ServingConfig:
     graceful_pre_start: bool = True
     environment_files: tuple[str, ...] = ()
     """Extra ``docker run --env-file`` files (oci-containers ``environmentFiles``)."""
+    extra_options: tuple[str, ...] = ()
+    """The host's ``services.tenstorrent-serving.extraOptions`` (e.g. the model volume)."""
+    nixos: NixosRendering | None = field(default=None, compare=False, repr=False)
+    """The units the full NixOS evaluation renders for exactly this configuration, if known.
+
+    Not part of equality: a control that alters any field gets a configuration that no longer
+    equals ``nixos.config``, and so the renderer's units for it (``render_units``)."""
 
     @classmethod
     def from_core(cls, core: CoreOutput) -> ServingConfig:
@@ -95,6 +110,17 @@ class ServingConfig:
         )
 
 
+@dataclass(frozen=True)
+class NixosRendering:
+    """A NixOS configuration's units, mapped onto the guest, and the configuration they are for."""
+
+    configuration: str
+    units: RenderedUnits
+    config: ServingConfig
+    environment: str
+    """Where the evaluation ran (``nixos_eval.Environment.describe``), for reports."""
+
+
 def systemd_quote(word: str) -> str:
     """Quote one word for a systemd ``Exec*=``/``Environment=`` line (no specifier expansion)."""
     escaped = word.replace("\\", "\\\\").replace('"', '\\"')
@@ -111,10 +137,19 @@ def container_of(config: ServingConfig) -> OciContainer:
         stop_timeout=config.stop_timeout,
         hugepages=config.hugepages,
         environment_files=config.environment_files,
+        extra_options=config.extra_options,
     )
 
 
 def render_units(config: ServingConfig) -> RenderedUnits:
+    """Every unit and script of ``config``: the NixOS evaluation's when it rendered exactly this
+    configuration, else ``vmtests.scenario.serving_unit``'s."""
+    if config.nixos is not None and config == config.nixos.config:
+        return config.nixos.units
+    return imitate_units(config)
+
+
+def imitate_units(config: ServingConfig) -> RenderedUnits:
     """Every unit and script of ``config``, rendered as NixOS renders the module's."""
     container = container_of(config)
     adjustments = ServiceAdjustments(
@@ -228,6 +263,55 @@ def install_image_file(machine: Machine, image: StubImage) -> str:
     return path
 
 
+def units_source() -> tuple[str, str]:
+    """Which units the reference guest installs, and why: ``("nixos", <where it evaluates>)``
+    or ``("renderer", <why not NixOS>)``, from ``$VMTESTS_UNITS`` (``UNITS_ENV``)."""
+    requested = os.environ.get(UNITS_ENV, "auto")
+    if requested not in ("auto", "nixos", "renderer"):
+        raise ValueError(f"${UNITS_ENV}={requested}: expected auto, nixos or renderer")
+    if requested == "renderer":
+        return "renderer", f"${UNITS_ENV}=renderer"
+    try:
+        environment = nixos_eval.find_environment()
+    except nixos_eval.NixosEvalUnavailable as error:
+        if requested == "nixos":
+            raise
+        return "renderer", f"no full NixOS evaluation here: {error}"
+    return "nixos", environment.describe()
+
+
+def rendered_by_nixos(config: ServingConfig, serving_profile: str) -> ServingConfig:
+    """``config`` carrying the units NixOS renders for ``serving_profile``'s VM configuration.
+
+    The host's ``extraOptions`` come from the evaluation (the Nix core does not know them).
+    Raises ``DriverError`` when ``vmtests.scenario.serving_unit`` renders anything else for the
+    same configuration: the negative controls vary that renderer's units, so they would test
+    another unit than NixOS's.
+    """
+    configuration = nixos_units.configuration_for(serving_profile)
+    with log.nested(f"reading the units of {configuration} from the NixOS evaluation"):
+        description = nixos_eval.describe(configuration)
+        config = replace(config, extra_options=tuple(description["serving"]["extraOptions"]))
+        units = nixos_units.rendered_units(configuration, config.image_file)
+    mismatch = nixos_units.differences(imitate_units(config), units)
+    if mismatch:
+        raise DriverError(
+            f"vmtests.scenario.serving_unit no longer renders what NixOS renders for "
+            f"{configuration}; fix the renderer:\n" + "\n".join(mismatch)
+        )
+    environment = nixos_eval.find_environment().describe()
+    return replace(config, nixos=NixosRendering(configuration, units, config, environment))
+
+
+def reference_config(
+    machine: Machine, serving_profile: str, core: CoreOutput, source: str
+) -> ServingConfig:
+    """The configuration the reference guest installs for ``serving_profile``: the core's
+    output with the stub image, and NixOS's units when ``source`` is ``nixos``."""
+    config = with_stub_image(machine, ServingConfig.from_core(core))
+    return rendered_by_nixos(config, serving_profile) if source == "nixos" else config
+
+
 def with_stub_image(machine: Machine, config: ServingConfig) -> ServingConfig:
     """``config`` serving the stub image, whose file is put into the guest's store once."""
     image = stub_image()
@@ -243,9 +327,18 @@ class ReferenceSwitch:
     def __init__(self, profile: Profile, base_serving_profile: str = BASE_SERVING_PROFILE) -> None:
         self.profile = profile
         self.base_serving_profile = base_serving_profile
-        self.description = (
-            f"reference install step: render units from the Nix core for {profile.serving_profile}"
-        )
+        self.units_source, why = units_source()
+        if self.units_source == "nixos":
+            configuration = nixos_units.configuration_for(profile.serving_profile)
+            self.description = (
+                f"reference install step: the units of {configuration} from the full NixOS "
+                f"evaluation ({why}), store paths mapped onto the guest"
+            )
+        else:
+            self.description = (
+                "reference install step: units rendered by vmtests.scenario.serving_unit from "
+                f"the Nix core for {profile.serving_profile} ({why})"
+            )
         self._target: ServingConfig | None = None
         self._base: ServingConfig | None = None
 
@@ -283,8 +376,12 @@ class ReferenceSwitch:
             install_stub_device_layer(machine)
         with log.nested(f"loading the stub image file into {machine.name}"):
             image_file = install_image_file(machine, stub_image())
-        self._base = replace(self.base, image=IMAGE, image_file=image_file)
-        self._target = replace(self.target, image=IMAGE, image_file=image_file)
+        base = replace(self.base, image=IMAGE, image_file=image_file)
+        target = replace(self.target, image=IMAGE, image_file=image_file)
+        if self.units_source == "nixos":
+            base = rendered_by_nixos(base, self.base_serving_profile)
+            target = rendered_by_nixos(target, self.profile.serving_profile)
+        self._base, self._target = base, target
         with log.nested("installing the base serving unit"):
             install_units(machine, self.base)
 

@@ -1,31 +1,37 @@
 """The serving units as NixOS renders them, for the reference guest.
 
 ``modules/tenstorrent-serving.nix`` declares ``virtualisation.oci-containers.containers.
-tenstorrent-serving`` and adjusts its service; nixpkgs then renders it. This module renders the
-same thing from the same inputs, following the nixpkgs sources line by line:
+tenstorrent-serving`` and adjusts its service; nixpkgs then renders it. The reference guest
+installs the units of the full NixOS evaluation where one runs (``vmtests.scenario.
+nixos_units``); this module renders the same units from the same inputs, following the nixpkgs
+sources line by line, for the negative controls (which alter a configuration) and for hosts
+without a nixpkgs tree. ``vmtests.scenario.nixos_units.differences`` proves the two identical
+for every VM configuration (``tests/eval/test_eval_nixos_units.py``, and again before a guest
+installs them):
 
-- ``nixos/modules/virtualisation/oci-containers.nix`` (``mkService``): the ``pre-start`` script
-  (a ``writeShellApplication``) that loads ``imageFile`` with ``docker load -i``; the ``script``
-  ``exec docker run --name=<name> --log-driver=<driver> -e K=V ... --rm ... --pull missing
-  <extraOptions> <image> <cmd>``; ``path = [ docker ]``; ``After=docker.service
+- ``nixos/modules/virtualisation/oci-containers.nix`` (``mkService``): the ``script``
+  ``exec docker run --name=<name> --log-driver=<driver> -e K=V ... --env-file F --rm --pull
+  missing <extraOptions> <image> <cmd>``; ``path = [ docker ]``; ``After=docker.service
   docker.socket``; ``Restart=on-failure``, ``TimeoutStartSec=0``;
-- ``nixos/lib/systemd-unit-options.nix`` and ``systemd-lib.nix`` (``makeJobScript``): every
-  ``preStart``/``script``/``preStop``/``postStop`` becomes a ``#!bash`` script starting with
-  ``set -e``, referenced from ``ExecStartPre``/``ExecStart``/``ExecStop``/``ExecStopPost``;
-  ``PATH`` is the unit's ``path`` plus coreutils, findutils, gnugrep, gnused and systemd;
-- the module itself: the banner ``preStart``, ``docker stop -t <stopTimeout>`` as ``preStop``,
-  a ``postStop`` that stops gracefully before a plain ``docker rm``, ``TimeoutStopSec =
-  stopTimeout + 30``, the device/hugepage/ipc/network options, ``--stop-timeout=<stopTimeout>``,
-  the hugepage oneshot and its hugetlbfs mount.
+- ``nixos/lib/systemd-lib.nix`` (``makeJobScript``): every ``preStart``/``script``/
+  ``preStop``/``postStop`` becomes ``writeShellScriptBin`` of ``set -e`` and the text,
+  referenced from ``ExecStartPre``/``ExecStart``/``ExecStop``/``ExecStopPost``; ``PATH`` is the
+  unit's ``path`` plus coreutils, findutils, gnugrep, gnused and systemd, ``bin`` then ``sbin``
+  (``stage2ServiceConfig``); every service also gets ``systemd.globalEnvironment``:
+  ``TZDIR`` (``nixos/modules/config/locale.nix``, always) and ``LOCALE_ARCHIVE``
+  (``nixos/modules/config/i18n.nix``, when locales are configured, as in every configuration
+  here), written at Debian's paths. Debian's glibc ignores ``LOCALE_ARCHIVE`` (only nixpkgs'
+  glibc reads it) and the guest has no locales package: the line is there to be the same unit;
+- the module itself: one ``ExecStartPre`` (its ``preStart`` job script: the banner, a graceful
+  ``docker stop -t <stopTimeout>`` of a running leftover, a plain ``docker rm``, ``docker load
+  -i <imageFile>``) replacing oci-containers' ``pre-start`` with its ``docker rm -f``;
+  ``docker stop -t <stopTimeout>`` as ``preStop``, a ``postStop`` that stops gracefully before
+  a plain ``docker rm``, ``TimeoutStopSec = stopTimeout + 30``, the device/hugepage/ipc/network
+  options, ``--stop-timeout=<stopTimeout>``, the hugepage oneshot and its hugetlbfs mount.
 
 Store paths become files under ``STORE_DIR`` named by a hash of their content (a changed
 script is a new path, as in the Nix store), and packages become the tool directories of
-``vmtests.guest.toolpath``. The NixOS module's own pre-start never ``docker rm -f``s a running
-container: a leftover container is stopped with ``docker stop -t <stopTimeout>`` first.
-
-``oci_container`` is the one place that decides the container's settings; it stands in for
-reading the evaluated ``virtualisation.oci-containers.containers.tenstorrent-serving`` of the
-full NixOS evaluation, and is what switches over once that evaluation is available here.
+``vmtests.guest.toolpath``.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from dataclasses import dataclass, field
 
 from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_CONTAINER, SERVING_UNIT
 from vmtests.guest import toolpath
+from vmtests.nixos_eval import job_script_file
 from vmtests.stub import knobs
 
 STORE_DIR = "/usr/lib/vmtests/store"
@@ -45,6 +52,11 @@ STORE_DIR = "/usr/lib/vmtests/store"
 BACKEND = "docker"
 RUNTIME_SHELL = "/bin/bash"
 STOP_TIMEOUT_MARGIN = 30
+GLOBAL_ENVIRONMENT = {
+    # systemd.globalEnvironment at the Debian paths of the same trees (glibc-locales, tzdata).
+    "LOCALE_ARCHIVE": "/usr/lib/locale/locale-archive",
+    "TZDIR": "/usr/share/zoneinfo",
+}
 _SAFE_ARG = re.compile(r"[a-zA-Z0-9,._+:@%/-]+")
 
 
@@ -127,11 +139,9 @@ def oci_container(
     extra_options: tuple[str, ...] = (),
     environment_files: tuple[str, ...] = (),
 ) -> OciContainer:
-    """The module's container from the Nix core's output (``modules/tenstorrent-serving.nix``).
-
-    Switch-over point: with the full NixOS evaluation, read these fields from the evaluated
-    ``virtualisation.oci-containers.containers.tenstorrent-serving`` instead.
-    """
+    """The module's container from the Nix core's output (``modules/tenstorrent-serving.nix``)
+    and the host's ``extraOptions``; ``vmtests.scenario.nixos_units.differences`` holds it to the
+    evaluated ``virtualisation.oci-containers.containers.tenstorrent-serving``."""
     options = [f"--device={device}" for device in devices]
     if hugepages:
         mount = hugepage_mount(hugepages)
@@ -149,36 +159,42 @@ def oci_container(
     )
 
 
+def job_script_text(text: str) -> str:
+    """The file ``makeJobScript`` (systemd-lib.nix) writes, with bash as its interpreter."""
+    return job_script_file(text, RUNTIME_SHELL)
+
+
 def job_script(name: str, text: str) -> tuple[str, str]:
-    """``makeJobScript`` (systemd-lib.nix): ``writeShellScriptBin name "set -e\\n\\n<text>"``."""
-    content = f"#!{RUNTIME_SHELL}\nset -e\n\n{text}\n"
+    """``makeJobScript``: the script's path (``<store>/bin/<name>``) and its file text."""
+    content = job_script_text(text)
     return f"{store_path(f'unit-script-{name}', content)}/bin/{name}", content
 
 
-def shell_application(name: str, text: str) -> tuple[str, str]:
-    """``writeShellApplication`` without runtime inputs (nixpkgs trivial-builders)."""
-    content = f"#!{RUNTIME_SHELL}\nset -o errexit\nset -o nounset\nset -o pipefail\n\n{text}"
-    return f"{store_path(name, content)}/bin/{name}", content
+def pre_start_text(
+    container: OciContainer, banner: str, stop_timeout: int, graceful: bool = True
+) -> str:
+    """The module's ``preStart``: the banner, a leftover container stopped, the image loaded.
 
-
-def pre_start_text(container: OciContainer, stop_timeout: int, graceful: bool = True) -> str:
-    """The container's pre-start: stop a leftover gracefully, remove it, load the image.
-
-    oci-containers.nix runs ``docker rm -f <name>`` here (``graceful=False`` renders exactly
-    that), which SIGKILLs a running leftover; the module's pre-start stops it with the graceful
-    timeout first and removes it only once it has stopped (a plain ``docker rm`` refuses a
-    running container).
+    oci-containers.nix runs ``docker rm -f <name>`` instead (``graceful=False`` renders exactly
+    that), which SIGKILLs a running leftover; the module stops a running leftover with the
+    graceful timeout first and removes it only once it has stopped (a plain ``docker rm``
+    refuses a running container).
     """
     name = escape_shell_arg(container.name)
+    lines = [f"echo {escape_shell_arg(banner)}"]
     if graceful:
-        lines = [
-            f"if {BACKEND} container inspect {name} >/dev/null 2>&1; then",
-            f"  {BACKEND} stop -t {stop_timeout} {name} || true",
-            f"  {BACKEND} rm {name} >/dev/null 2>&1 || true",
+        running = "{{.State.Running}}"
+        lines += [
+            f"if [ \"$({BACKEND} inspect --format '{running}' {name} 2>/dev/null)\" = true ]; then",
+            f'  echo "stopping the leftover container {container.name} gracefully '
+            f'({BACKEND} stop -t {stop_timeout})"',
+            f"  {BACKEND} stop -t {stop_timeout} {name}",
             "fi",
+            "# Only a stopped container is left here; with --rm it may already be going away.",
+            f"{BACKEND} rm {name} >/dev/null 2>&1 || true",
         ]
     else:
-        lines = [f"{BACKEND} rm -f {container.name} || true"]
+        lines.append(f"{BACKEND} rm -f {name} || true")
     if container.image_file is not None:
         lines.append(f"{BACKEND} load -i {container.image_file}")
     return "\n".join(lines) + "\n"
@@ -207,18 +223,20 @@ def _systemd_value(word: str) -> str:
     return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def environment_lines(packages: tuple[str, ...] = ()) -> list[str]:
+    """A service's ``Environment=`` lines: the global environment and its PATH, sorted."""
+    environment = {**GLOBAL_ENVIRONMENT, "PATH": toolpath.unit_path(packages)}
+    return [f"Environment={_systemd_value(f'{k}={v}')}" for k, v in sorted(environment.items())]
+
+
 def render_container_service(
     container: OciContainer, adjustments: ServiceAdjustments
 ) -> RenderedUnits:
     """The serving unit and its scripts, as oci-containers.nix plus the module render them."""
     rendered = RenderedUnits()
     name, stop = container.name, adjustments.stop_timeout
-    banner_path, banner = job_script(
-        f"{name}-pre-start", f"echo {escape_shell_arg(adjustments.banner)}"
-    )
-    pre_path, pre = shell_application(
-        "pre-start", pre_start_text(container, stop, adjustments.graceful_pre_start)
-    )
+    pre_text = pre_start_text(container, adjustments.banner, stop, adjustments.graceful_pre_start)
+    pre_path, pre = job_script(f"{name}-pre-start", pre_text)
     start_path, start = job_script(f"{name}-start", run_script_text(container))
     stop_path, stop_script = job_script(
         f"{name}-pre-stop", f"{BACKEND} stop -t {stop} {name} || true"
@@ -229,7 +247,6 @@ def render_container_service(
         f"{BACKEND} rm {name} >/dev/null 2>&1 || true\n",
     )
     for path, text in (
-        (banner_path, banner),
         (pre_path, pre),
         (start_path, start),
         (stop_path, stop_script),
@@ -243,16 +260,14 @@ def render_container_service(
         after.append(HUGEPAGES_UNIT)
         requires.append(HUGEPAGES_UNIT)
     lines = [
-        "# Rendered by vmtests.scenario.serving_unit like NixOS renders the module's container.",
         "[Unit]",
         f"After={' '.join(after)}",
         *([f"Requires={' '.join(requires)}"] if requires else []),
         *([f"RequiresMountsFor={hugepage_mount(hugepages)}"] if hugepages else []),
         "",
         "[Service]",
-        f"Environment={_systemd_value('PATH=' + toolpath.unit_path((BACKEND,)))}",
+        *environment_lines((BACKEND,)),
         f"ExecStart={start_path} ",
-        f"ExecStartPre={banner_path}",
         f"ExecStartPre={pre_path}",
         f"ExecStop={stop_path}",
         f"ExecStopPost={post_path}",
@@ -303,15 +318,14 @@ def render_hugepage_units(hugepages: Mapping[str, object], rendered: RenderedUni
     rendered.scripts[path] = script
     rendered.units[HUGEPAGES_UNIT] = "\n".join(
         [
-            "# Rendered by vmtests.scenario.serving_unit from the module's hugepage oneshot.",
             "[Unit]",
             "Before=sysinit.target shutdown.target",
             "Conflicts=shutdown.target",
-            "DefaultDependencies=no",
+            "DefaultDependencies=false",
             f"Description=Reserve {count} x {size} hugepages for {SERVING_CONTAINER}",
             "",
             "[Service]",
-            f"Environment={_systemd_value('PATH=' + toolpath.unit_path())}",
+            *environment_lines(),
             f"ExecStart={path} ",
             "RemainAfterExit=true",
             "Type=oneshot",
@@ -324,18 +338,18 @@ def render_hugepage_units(hugepages: Mapping[str, object], rendered: RenderedUni
     where = hugepage_mount(hugepages)
     rendered.units[mount_unit_name(where)] = "\n".join(
         [
-            "# Rendered by vmtests.scenario.serving_unit from the module's hugetlbfs mount.",
             "[Unit]",
             f"After={HUGEPAGES_UNIT}",
             "Before=sysinit.target",
-            "DefaultDependencies=no",
+            "DefaultDependencies=false",
             f"Description=hugetlbfs with {size} pages for {SERVING_CONTAINER}",
             "",
             "[Mount]",
+            f"Options=pagesize={size}",
+            "Type=hugetlbfs",
             "What=hugetlbfs",
             f"Where={where}",
-            "Type=hugetlbfs",
-            f"Options=pagesize={size}",
+            "",
             "",
             "[Install]",
             "WantedBy=sysinit.target",

@@ -40,3 +40,4 @@ exec docker  \
   --enable-auto-tool-choice \
   --tool-call-parser \
   qwen3_coder
+

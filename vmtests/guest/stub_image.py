@@ -70,15 +70,54 @@ _TRIM = (
     # Standard library parts the stub never imports (the build imports the server to check).
     *(
         f"usr/lib/python3.11/{name}"
-        for name in ("pydoc_data", "lib2to3", "ensurepip", "unittest", "distutils", "sqlite3")
+        for name in (
+            *("pydoc_data", "lib2to3", "ensurepip", "unittest", "distutils", "sqlite3"),
+            *("test", "idlelib", "tkinter", "turtledemo", "curses", "dbm"),
+        )
     ),
+)
+_TRIM_GLOBS = (
+    # `docker load` reads and hashes the whole image at every start (seconds per 10 MB under
+    # TCG), so what the stub cannot use goes: the entrypoint is python3 itself, nothing else of
+    # the package tools runs in the container ...
+    *(f"{d}/*" for d in ("bin", "sbin", "usr/sbin")),
+    "usr/bin/[!p]*",
+    "usr/bin/py3*",
+    # ... extension modules for terminals, databases, CJK codecs, NIS and CPython's tests ...
+    *(
+        f"usr/lib/python3.11/lib-dynload/{name}.cpython-311-x86_64-linux-gnu.so"
+        for name in (
+            *("_codecs_cn", "_codecs_hk", "_codecs_iso2022", "_codecs_jp", "_codecs_kr"),
+            *("_codecs_tw", "_curses", "_curses_panel", "_dbm", "_sqlite3", "readline", "nis"),
+            *("_test*", "_ctypes_test", "_xx*", "xxlimited*", "audioop", "ossaudiodev", "_crypt"),
+        )
+    ),
+    # ... and the libraries only those modules and tools load. Every extension module left is
+    # imported in the image at build time (_PRECOMPILE), so a library removed wrongly fails the
+    # build, never a container start.
+    *(
+        f"{d}/x86_64-linux-gnu/{lib}*"
+        for d in ("lib", "usr/lib")
+        for lib in (
+            *("libdb-", "libsqlite3", "libreadline", "libhistory", "libncurses", "libtinfo"),
+            *("libtirpc", "libnsl", "libkrb5", "libgssapi", "libk5crypto", "libcom_err"),
+            *("libkeyutils", "libzstd", "libpcre2", "libselinux", "libacl", "libmd.", "libmvec"),
+            *("libcrypt.", "libgdbm", "libmemusage", "libpcprofile", "libc_malloc_debug"),
+            *("libBrokenLocale", "libthread_db", "libnss_hesiod"),
+        )
+    ),
+    "usr/lib/x86_64-linux-gnu/krb5",
+    "usr/lib/x86_64-linux-gnu/engines-3",
 )
 
 
 _PRECOMPILE = """
-import py_compile, sys
+import importlib, pathlib, py_compile, sys, sysconfig
 sys.path.insert(0, {pythonpath!r})
 import vmtests.stub.server
+# Every extension module the trimmed image keeps must load: its libraries are all there.
+for extension in sorted(pathlib.Path(sysconfig.get_path("platstdlib"), "lib-dynload").iterdir()):
+    importlib.import_module(extension.name.split(".", 1)[0])
 # Every container start would otherwise compile these again (the image has no .pyc; Debian
 # writes them in postinst, which --variant=extract skips): seconds per start under TCG.
 # Unchecked hashes: the layer resets every mtime, which would make timestamp .pycs stale.
@@ -135,6 +174,7 @@ def input_hash() -> str:
         digest.update(str(path.relative_to(PACKAGE_ROOT)).encode() + b"\0")
         digest.update(path.read_bytes())  # read_bytes follows the features.json link
     digest.update(_PRECOMPILE.encode())
+    digest.update(repr((_TRIM, _TRIM_GLOBS)).encode())
     for function in (_build, _layer, _archive):
         digest.update(inspect.getsource(function).encode())
     return digest.hexdigest()[:20]
@@ -220,6 +260,12 @@ def _build(directory: Path) -> str:
     )
     for trimmed in _TRIM:
         shutil.rmtree(rootfs / trimmed, ignore_errors=True)
+    for pattern in _TRIM_GLOBS:
+        for path in rootfs.glob(pattern):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
     for path in _package_files():
         target = rootfs / PYTHONPATH.lstrip("/") / "vmtests" / path.relative_to(PACKAGE_ROOT)
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,9 @@ The reference guest loads an image of the same name, entrypoint and environment,
 Docker or Nix on the host:
 
 1. ``mmdebstrap --variant=extract`` unpacks ``python3-minimal`` and ``libpython3.11-stdlib`` with
-   their dependencies into a directory (no maintainer scripts: a container needs only files);
+   their dependencies into a directory (no maintainer scripts: a container needs only files),
+   and what the stub cannot use is removed (``_TRIM``, ``_TRIM_GLOBS``: ``docker load`` reads
+   the whole image at every start);
 2. the stub package (``vmtests/__init__.py``, ``vmtests/stub``, ``vmtests/contracts``, the
    package the NixOS image carries too) goes to ``/opt/vmtests/vmtests``, and the image's own
    Python imports the server there as a check;

@@ -1,16 +1,14 @@
-"""``vmtests certify`` end to end against ONE reference guest with the stub (CI).
+"""``vmtests certify`` end to end against ONE reference guest with the stub (CI): every gate but
+the A/B (``test_certify_ab_vm.py``, on a guest of its own so that the two halves run in parallel).
 
-The guest is booted once for this module (module-scoped fixture) with the production profile
-deployed as the module renders it (the stub in a container); each test sets the stub's knobs
-it needs in the stub device layer's knobs file (``/etc``, read by the container as
-``--env-file``, a durable place, so the preflight's persistence checks stay clean) and restarts
-the unit through systemd. CI time is
-kept small by the stub's time scale, never by lowering the gates' request counts; the A/B runs
-2 ABBA blocks here instead of the default 3 (the per-run request count is unchanged), in its own
-tests with a larger time scale (the full run certifies without --ab, which is optional).
+The guest is booted once for this module with the production profile deployed as the module
+renders it (the stub in a container); each test sets the stub's knobs it needs in the stub
+device layer's knobs file (``/etc``, read by the container as ``--env-file``, a durable place,
+so the preflight's persistence checks stay clean) and restarts the unit through systemd. CI
+time is kept small by the stub's time scale, never by lowering the gates' request counts.
 
 Each gate is shown passing (the correct configuration certifies) and failing (fault knobs, a
-step factor, a memory hog, a SIGKILL on stop).
+memory hog, a SIGKILL on stop).
 """
 
 from __future__ import annotations
@@ -20,45 +18,27 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from certify_vm_support import (
+    CI_TIME_SCALE,
+    KILL_DROP_IN,
+    run,
+    serving_guest,
+    set_knobs,
+)
 
-from vmtests.certify import gates_perf, stats
-from vmtests.certify.arms import Configuration, NoSwitch, ReferenceInstaller, deploy_reference
+from vmtests.certify import stats
+from vmtests.certify.arms import NoSwitch
 from vmtests.certify.context import Options
 from vmtests.certify.hostops import mem_available_kib
-from vmtests.certify.loadgen import BatchResult
-from vmtests.certify.model import CertificationResult
 from vmtests.certify.run import certify
-from vmtests.contracts.instrumentation import GUEST_MEMORY_MB
-from vmtests.contracts.serving import SERVING_CONTAINER, SERVING_PORT, SERVING_UNIT
+from vmtests.contracts.serving import SERVING_CONTAINER
 from vmtests.driver.qemu import QemuMachine
 from vmtests.guest.access import ssh_to_guest
-from vmtests.guest.image import ReferenceImage, start_reference_guest
-from vmtests.guest.stub_image import DISK_SERIAL, stub_image
-from vmtests.guest.stub_layer import set_stub_knobs
+from vmtests.guest.image import ReferenceImage
 from vmtests.profiles import load_profile
-from vmtests.scenario.switching import wait_ready
 from vmtests.stub import knobs
 
 pytestmark = pytest.mark.vm
-
-KILL_DROP_IN = f"/etc/systemd/system/{SERVING_UNIT}.d/91-vmtests-kill.conf"
-CI_TIME_SCALE = "0.05"
-# The A/B measures decode steps: at 0.5 a modelled step (24 ms x batch growth) is well above the
-# guest's own per-token CPU cost under TCG, so the arms differ by the model, not by the emulator.
-AB_TIME_SCALE = "0.5"
-# Resident decode and argmax both at 1.0: the two arms differ in configuration, not in speed.
-NO_EFFECT = json.dumps({"deviceResident": 1.0, "deviceArgmax": 1.0})
-# The boot-time hugepage reservation (the cfx-llm2 profile's 2 x 1 GiB) on the kernel command
-# line: the runtime reservation of the scenario's install step costs minutes of memory
-# compaction under TCG; the units and checks are the same.
-HUGEPAGES_CMDLINE = "hugepagesz=1G hugepages=2"
-
-
-def set_knobs(machine: QemuMachine, **env: str) -> None:
-    """Set the stub knobs ``env`` for the serving container and restart the unit (graceful)."""
-    set_stub_knobs(machine, **env)
-    machine.succeed(f"systemctl restart {SERVING_UNIT}", timeout=360)
-    wait_ready(machine, SERVING_PORT, timeout=180)
 
 
 @pytest.fixture(scope="module")
@@ -66,36 +46,7 @@ def guest(
     reference_image: ReferenceImage, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[QemuMachine]:
     """One reference guest serving cfx-llm2 (stub), shared by every test of this module."""
-    machine = start_reference_guest(
-        tmp_path_factory.mktemp("certify-guest"),
-        name="certify",
-        image=reference_image,
-        memory_mb=GUEST_MEMORY_MB,
-        forward_ports=(SERVING_PORT,),
-        append_extra=HUGEPAGES_CMDLINE,
-        # The stub image on a read-only disk, as machine_from_target attaches it.
-        data_disks={DISK_SERIAL: stub_image().disk},
-    )
-    try:
-        deploy_reference(machine, Configuration.of(load_profile("cfx-llm2")), SERVING_PORT)
-        yield machine
-    finally:
-        machine.close()
-
-
-def run(
-    machine: QemuMachine, report: Path, ab: str | None = None, **options: object
-) -> CertificationResult:
-    """Certify cfx-llm2 on the guest with the repository's golden values."""
-    return certify(
-        machine,
-        load_profile("cfx-llm2"),
-        target="qemu:reference",
-        installer=ReferenceInstaller(),
-        report_dir=report,
-        options=Options(**options),  # type: ignore[arg-type]
-        ab_profile=load_profile(ab) if ab else None,
-    )
+    yield from serving_guest(reference_image, tmp_path_factory, "certify")
 
 
 def test_correct_configuration_certifies(guest: QemuMachine, tmp_path: Path) -> None:
@@ -188,35 +139,6 @@ def test_bad_outputs_fail_correctness(
     assert result.exit_status == 1
 
 
-def test_ab_without_a_factor_stays_inside_the_noise_band(
-    guest: QemuMachine, tmp_path: Path
-) -> None:
-    set_knobs(guest, **{knobs.TIME_SCALE: AB_TIME_SCALE, knobs.STEP_FACTORS: NO_EFFECT})
-    result = run(guest, tmp_path, ab="resident", only=("ab",), ab_blocks=2)
-    gate = result.gate("ab")
-    assert gate is not None
-    assert gate.status == "passed", gate.problems
-    assert gate.numbers["decision"] == "inside-noise-band", gate.numbers["decision_text"]
-    assert len(result.switches) == 8  # 2 ABBA blocks, each arm a real switch
-    assert all(switch.ok for switch in result.switches)
-    assert [s.configuration for s in result.switches[:4]] == [
-        "cfx-llm2", "resident", "resident", "cfx-llm2",
-    ]  # fmt: skip
-    assert result.left_on == "cfx-llm2"
-
-
-def test_ab_step_factor_leaves_the_noise_band(guest: QemuMachine, tmp_path: Path) -> None:
-    factors = json.dumps({"deviceResident": 0.8, "deviceArgmax": 1.0})
-    set_knobs(guest, **{knobs.TIME_SCALE: AB_TIME_SCALE, knobs.STEP_FACTORS: factors})
-    result = run(guest, tmp_path, ab="resident", only=("ab",), ab_blocks=2)
-    gate = result.gate("ab")
-    assert gate is not None
-    assert gate.numbers["decision"] == "faster", gate.numbers.get("decision_text")
-    ratio = gate.numbers["ratios"]["decode_step"]
-    assert ratio["ci_high"] < 1 - stats.NOISE_BAND
-    assert result.left_on == "cfx-llm2"
-
-
 def test_memory_hog_makes_preflight_refuse(guest: QemuMachine, tmp_path: Path) -> None:
     set_knobs(guest, **{knobs.TIME_SCALE: CI_TIME_SCALE})
     available = mem_available_kib(guest)
@@ -254,29 +176,3 @@ def test_sigkill_on_stop_fails_the_stop_check(guest: QemuMachine, tmp_path: Path
     assert gate.numbers["restart_stop"]["exec_main_status"] == 137  # docker run: 128 + SIGKILL
     assert "KILLED" in gate.problems[0]
     assert result.exit_status == 1
-
-
-def test_interrupt_restores_the_starting_configuration(
-    guest: QemuMachine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    set_knobs(guest, **{knobs.TIME_SCALE: CI_TIME_SCALE, knobs.STEP_FACTORS: NO_EFFECT})
-    measured: list[BatchResult] = []
-    original = gates_perf.run_figures
-
-    def interrupt_in_arm_b(batch: BatchResult) -> dict[str, float]:
-        measured.append(batch)
-        if len(measured) == 2:  # the first B run of the first ABBA block: the host is on B
-            raise KeyboardInterrupt
-        return original(batch)
-
-    monkeypatch.setattr(gates_perf, "run_figures", interrupt_in_arm_b)
-    result = run(guest, tmp_path, ab="resident", only=("ab",), ab_blocks=2)
-    assert result.status == "interrupted"
-    assert result.exit_status == 3
-    assert [s.configuration for s in result.switches] == ["cfx-llm2", "resident", "cfx-llm2"]
-    assert result.switches[-1].reason == "restore the starting configuration"
-    assert result.switches[-1].ok
-    assert result.left_on == "cfx-llm2"
-    data = json.loads((tmp_path / "certificate.json").read_text())
-    assert data["status"] == "interrupted"
-    assert data["left_on"] == "cfx-llm2"

@@ -1,0 +1,79 @@
+"""What the certification's VM tests share: one reference guest per module, serving cfx-llm2
+(the stub in a container), with the production profile deployed as the module renders it; the
+stub's knobs set in the stub device layer's knobs file and applied by a restart."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from vmtests.certify.arms import Configuration, ReferenceInstaller, deploy_reference
+from vmtests.certify.context import Options
+from vmtests.certify.model import CertificationResult
+from vmtests.certify.run import certify
+from vmtests.contracts.instrumentation import GUEST_MEMORY_MB
+from vmtests.contracts.serving import SERVING_PORT, SERVING_UNIT
+from vmtests.driver.qemu import QemuMachine
+from vmtests.guest.image import ReferenceImage, start_reference_guest
+from vmtests.guest.stub_image import DISK_SERIAL, stub_image
+from vmtests.guest.stub_layer import set_stub_knobs
+from vmtests.profiles import load_profile
+from vmtests.scenario.switching import wait_ready
+
+KILL_DROP_IN = f"/etc/systemd/system/{SERVING_UNIT}.d/91-vmtests-kill.conf"
+CI_TIME_SCALE = "0.05"
+# The A/B measures decode steps: at 0.5 a modelled step (24 ms x batch growth) is well above the
+# guest's own per-token CPU cost under TCG, so the arms differ by the model, not by the emulator.
+AB_TIME_SCALE = "0.5"
+# Resident decode and argmax both at 1.0: the two arms differ in configuration, not in speed.
+NO_EFFECT = json.dumps({"deviceResident": 1.0, "deviceArgmax": 1.0})
+# The boot-time hugepage reservation (the cfx-llm2 profile's 2 x 1 GiB) on the kernel command
+# line: the runtime reservation of the scenario's install step costs minutes of memory
+# compaction under TCG; the units and checks are the same.
+HUGEPAGES_CMDLINE = "hugepagesz=1G hugepages=2"
+
+
+def set_knobs(machine: QemuMachine, **env: str) -> None:
+    """Set the stub knobs ``env`` for the serving container and restart the unit (graceful)."""
+    set_stub_knobs(machine, **env)
+    machine.succeed(f"systemctl restart {SERVING_UNIT}", timeout=360)
+    wait_ready(machine, SERVING_PORT, timeout=180)
+
+
+def serving_guest(
+    reference_image: ReferenceImage, tmp_path_factory: pytest.TempPathFactory, name: str
+) -> Iterator[QemuMachine]:
+    """One reference guest serving cfx-llm2 (stub); a test module's ``guest`` fixture."""
+    machine = start_reference_guest(
+        tmp_path_factory.mktemp(f"{name}-guest"),
+        name=name,
+        image=reference_image,
+        memory_mb=GUEST_MEMORY_MB,
+        forward_ports=(SERVING_PORT,),
+        append_extra=HUGEPAGES_CMDLINE,
+        # The stub image on a read-only disk, as machine_from_target attaches it.
+        data_disks={DISK_SERIAL: stub_image().disk},
+    )
+    try:
+        deploy_reference(machine, Configuration.of(load_profile("cfx-llm2")), SERVING_PORT)
+        yield machine
+    finally:
+        machine.close()
+
+
+def run(
+    machine: QemuMachine, report: Path, ab: str | None = None, **options: object
+) -> CertificationResult:
+    """Certify cfx-llm2 on the guest with the repository's golden values."""
+    return certify(
+        machine,
+        load_profile("cfx-llm2"),
+        target="qemu:reference",
+        installer=ReferenceInstaller(),
+        report_dir=report,
+        options=Options(**options),  # type: ignore[arg-type]
+        ab_profile=load_profile(ab) if ab else None,
+    )

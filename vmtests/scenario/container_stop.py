@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from vmtests.contracts.serving import SERVING_CONTAINER, SERVING_UNIT
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
-from vmtests.scenario.controls import ControlOutcome
+from vmtests.scenario.controls import ControlOutcome, reset_to_target
 from vmtests.scenario.reference_switch import UNIT_RESTART_TIMEOUT, ReferenceSwitch, install_units
 from vmtests.scenario.results import CheckResult, failed, passed
 from vmtests.scenario.serving_unit import BACKEND
@@ -163,6 +163,8 @@ def run_container_controls(
     the outcome of the control that installs oci-containers.nix's ``docker rm -f`` pre-start
     (expected: detected, the leftover was killed with exit code 137).
     """
+    # On a guest that ran other controls before: undo theirs first (a transient unit, drop-ins).
+    reset_to_target(machine, switch, to="clean")
     graceful = leftover_then_start(machine, switch)
     start = time.monotonic()
     killed = leftover_then_start(machine, switch, graceful_pre_start=False)

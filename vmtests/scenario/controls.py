@@ -450,12 +450,15 @@ def reset_to_target(
     names = " ".join(env_name(feature) for feature in ENV_FEATURES)
     timeout = switch.target.stop_timeout
     machine.succeed(
-        f"systemctl stop {SERVING_UNIT} 2>&1; "
+        # A stopped transient unit that failed stays loaded (and blocks `systemctl enable`)
+        # until its failure is reset.
+        f"systemctl stop {SERVING_UNIT} 2>&1; systemctl reset-failed {SERVING_UNIT} 2>/dev/null; "
         f"if {BACKEND} container inspect {SERVING_CONTAINER} >/dev/null 2>&1; then "
         f"{BACKEND} stop -t {timeout} {SERVING_CONTAINER}; {BACKEND} rm {SERVING_CONTAINER}; fi; "
         f"if [ -s {HAND_PID_FILE} ]; then kill $(cat {HAND_PID_FILE}) 2>/dev/null; "
         f"rm -f {HAND_PID_FILE}; fi; "
-        f"rm -rf {RUNTIME_DROP_IN_DIR} {DURABLE_DROP_IN_DIR} /run/systemd/system/{SERVING_UNIT}; "
+        f"rm -rf {RUNTIME_DROP_IN_DIR} {DURABLE_DROP_IN_DIR} /run/systemd/system/{SERVING_UNIT} "
+        f"/run/systemd/transient/{SERVING_UNIT}; "
         f"systemctl unmask {HUGEPAGES_UNIT} 2>&1; rm -f {VENDOR_UNIT_DIR}/{HUGEPAGES_UNIT}; "
         f"systemctl unset-environment {names} {UNRELATED_VARIABLE}; "
         f"rm -rf {RUNTIME_CONFIG_DIR} {WRAPPER}; "

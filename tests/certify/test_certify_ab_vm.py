@@ -10,7 +10,6 @@ arm leaves the host on the configuration it started from.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,25 +18,15 @@ from certify_vm_support import (
     CI_TIME_SCALE,
     NO_EFFECT,
     run,
-    serving_guest,
     set_knobs,
 )
 
 from vmtests.certify import gates_perf, stats
 from vmtests.certify.loadgen import BatchResult
 from vmtests.driver.qemu import QemuMachine
-from vmtests.guest.image import ReferenceImage
 from vmtests.stub import knobs
 
 pytestmark = pytest.mark.vm
-
-
-@pytest.fixture(scope="module")
-def guest(
-    reference_image: ReferenceImage, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[QemuMachine]:
-    """One reference guest serving cfx-llm2 (stub), shared by the A/B tests."""
-    yield from serving_guest(reference_image, tmp_path_factory, "certify-ab")
 
 
 def test_ab_without_a_factor_stays_inside_the_noise_band(

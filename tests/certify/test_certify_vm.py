@@ -14,7 +14,6 @@ memory hog, a SIGKILL on stop).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,6 @@ from certify_vm_support import (
     CI_TIME_SCALE,
     KILL_DROP_IN,
     run,
-    serving_guest,
     set_knobs,
 )
 
@@ -34,19 +32,10 @@ from vmtests.certify.run import certify
 from vmtests.contracts.serving import SERVING_CONTAINER
 from vmtests.driver.qemu import QemuMachine
 from vmtests.guest.access import ssh_to_guest
-from vmtests.guest.image import ReferenceImage
 from vmtests.profiles import load_profile
 from vmtests.stub import knobs
 
 pytestmark = pytest.mark.vm
-
-
-@pytest.fixture(scope="module")
-def guest(
-    reference_image: ReferenceImage, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[QemuMachine]:
-    """One reference guest serving cfx-llm2 (stub), shared by every test of this module."""
-    yield from serving_guest(reference_image, tmp_path_factory, "certify")
 
 
 def test_correct_configuration_certifies(guest: QemuMachine, tmp_path: Path) -> None:

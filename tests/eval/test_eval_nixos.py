@@ -22,6 +22,7 @@ from nixos_support import (
     switch_commands,
 )
 
+from vmtests import nixos_eval
 from vmtests.contracts.instrumentation import (
     CONSOLE_LOG_LEVEL,
     GUEST_CPUS,
@@ -291,8 +292,12 @@ def test_the_shim_defines_no_option_the_project_sets(nixos: dict[str, Any]) -> N
 
 
 def test_the_api_describes_one_configuration(nixos: dict[str, Any]) -> None:
+    made = len(nixos_eval._CACHE)
     described = describe("vm-test-cfx-llm2")
-    assert described is nixos["configurations"]["vm-test-cfx-llm2"]
+    # The same description, from an evaluation already made in this process (the session's,
+    # or a VM test's of that configuration alone): describe() evaluated nothing new.
+    assert described == nixos["configurations"]["vm-test-cfx-llm2"]
+    assert len(nixos_eval._CACHE) == made
     unit = rendered_unit("vm-test-cfx-llm2")
     start = unit.exec_start
     assert start is not None

@@ -7,7 +7,7 @@ Docker or Nix on the host:
 
 1. ``mmdebstrap --variant=extract`` unpacks ``python3-minimal`` and ``libpython3.11-stdlib`` with
    their dependencies into a directory (no maintainer scripts: a container needs only files),
-   and what the stub cannot use is removed (``_TRIM``, ``_TRIM_GLOBS``: ``docker load`` reads
+   and what the stub cannot use is removed (``_TRIM``: ``docker load`` reads
    the whole image at every start);
 2. the stub package (``vmtests/__init__.py``, ``vmtests/stub``, ``vmtests/contracts``, the
    package the NixOS image carries too) goes to ``/opt/vmtests/vmtests``, and the image's own
@@ -63,6 +63,7 @@ holding ``ARCHIVE_NAME`` (tar pads to whole blocks, so a block device reads it b
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_PARTS = ("__init__.py", "stub", "contracts")
 _TRIM = (
+    # Paths and glob patterns under the image's root, removed before the layer is made.
     "usr/share/doc",
     "usr/share/man",
     "usr/share/locale",
@@ -77,8 +78,6 @@ _TRIM = (
             *("test", "idlelib", "tkinter", "turtledemo", "curses", "dbm"),
         )
     ),
-)
-_TRIM_GLOBS = (
     # `docker load` reads and hashes the whole image at every start (seconds per 10 MB under
     # TCG), so what the stub cannot use goes: the entrypoint is python3 itself, nothing else of
     # the package tools runs in the container ...
@@ -176,7 +175,7 @@ def input_hash() -> str:
         digest.update(str(path.relative_to(PACKAGE_ROOT)).encode() + b"\0")
         digest.update(path.read_bytes())  # read_bytes follows the features.json link
     digest.update(_PRECOMPILE.encode())
-    digest.update(repr((_TRIM, _TRIM_GLOBS)).encode())
+    digest.update(repr(_TRIM).encode())
     for function in (_build, _layer, _archive):
         digest.update(inspect.getsource(function).encode())
     return digest.hexdigest()[:20]
@@ -260,9 +259,7 @@ def _build(directory: Path) -> str:
         ],
         f"mmdebstrap --variant=extract {','.join(PACKAGES)}",
     )
-    for trimmed in _TRIM:
-        shutil.rmtree(rootfs / trimmed, ignore_errors=True)
-    for pattern in _TRIM_GLOBS:
+    for pattern in _TRIM:
         for path in rootfs.glob(pattern):
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)

@@ -38,6 +38,7 @@ from vmtests.guest.stub_layer import install_stub_device_layer
 from vmtests.nixcore import CoreOutput, evaluate_core
 from vmtests.profiles import Profile
 from vmtests.scenario import nixos_units
+from vmtests.scenario.nixos_units import BASE_SERVING_PROFILE
 from vmtests.scenario.serving_unit import (
     OciContainer,
     RenderedUnits,
@@ -57,7 +58,6 @@ UNITS_ENV = "VMTESTS_UNITS"
 ``renderer``: ``vmtests.scenario.serving_unit``'s, from the Nix core's output; ``auto``
 (default): ``nixos`` where an evaluation can run, else ``renderer``. The switch's description
 (in every report) says which ran and why."""
-BASE_SERVING_PROFILE = "hosts/profiles/baseline.nix"
 RESERVE_TRIES = 3
 UNIT_RESTART_TIMEOUT = 360.0
 """A restart of the container unit: a graceful stop, ``docker load`` of the image file and the
@@ -117,8 +117,6 @@ class NixosRendering:
     configuration: str
     units: RenderedUnits
     config: ServingConfig
-    environment: str
-    """Where the evaluation ran (``nixos_eval.Environment.describe``), for reports."""
 
 
 def systemd_quote(word: str) -> str:
@@ -299,8 +297,7 @@ def rendered_by_nixos(config: ServingConfig, serving_profile: str) -> ServingCon
             f"vmtests.scenario.serving_unit no longer renders what NixOS renders for "
             f"{configuration}; fix the renderer:\n" + "\n".join(mismatch)
         )
-    environment = nixos_eval.find_environment().describe()
-    return replace(config, nixos=NixosRendering(configuration, units, config, environment))
+    return replace(config, nixos=NixosRendering(configuration, units, config))
 
 
 def reference_config(

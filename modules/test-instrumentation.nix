@@ -128,8 +128,9 @@ in
           "dev-${contract.serialDevice}.device"
           "systemd-udevd.service"
         ];
-        # In manifest order (attrValues would sort by attribute name).
-        path = map (attr: cfg.resolvedToolPackages.${attr}) manifestAttributes;
+        # The packages in the order of their first program by name (fromJSON gives the
+        # manifest as an attrset, and attrValues sorts it); attrVals keeps that order.
+        path = lib.attrVals manifestAttributes cfg.resolvedToolPackages;
         serviceConfig = {
           ExecStart = pkgs.writeScript "vmtests-backdoor" cfg.backdoorScript;
           # The shell ends with its session, like nixpkgs' backdoor.

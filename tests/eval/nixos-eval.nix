@@ -98,6 +98,7 @@ let
     let
       inherit (configuration.config.systemd) services units;
       service = services.${name};
+      unit = units."${name}.service";
       utils = configuration._module.args.utils;
       jobs = {
         pre-start = service.preStart;
@@ -117,13 +118,16 @@ let
     in
     if units ? "${name}.service" then
       {
-        text = units."${name}.service".text;
-        # True: the job scripts are writeShellApplication (errexit, nounset, pipefail).
+        text = unit.text;
+        # When true, the job scripts are writeShellApplication (errexit, nounset, pipefail).
         strict = service.enableStrictShellChecks;
-        # Links systemd-lib.nix makes beside the unit file, which its text does not carry.
+        # What systemd-lib.nix makes of the unit besides its text (nixos/lib/systemd-lib.nix
+        # generateUnits): links beside the file, a /dev/null link when disabled, a drop-in
+        # instead of a unit file.
         links = lib.filterAttrs (_: targets: targets != [ ]) {
-          inherit (service) requiredBy upheldBy aliases;
+          inherit (unit) requiredBy upheldBy aliases;
         };
+        inherit (unit) enable overrideStrategy;
         scripts = lib.mapAttrs' (
           suffix: text: lib.nameValuePair (builtins.unsafeDiscardStringContext (script suffix text)) text
         ) (lib.filterAttrs (_: text: text != "") jobs);
@@ -177,15 +181,12 @@ let
         serving = unitView configuration "tenstorrent-serving";
         hugepages = unitView configuration "tenstorrent-hugepages";
       };
-      # The hugetlbfs mount unit the module declares (systemd.mounts), by its exact unit name.
-      mounts =
-        let
-          utils = configuration._module.args.utils;
-          mountName = "${utils.escapeSystemdPath "/dev/hugepages-${serving.hugepages.size}"}.mount";
-        in
-        lib.optionalAttrs (serving.enable && config.systemd.units ? ${mountName}) {
-          ${mountName} = config.systemd.units.${mountName}.text;
-        };
+      # The hugetlbfs mounts the configuration declares (systemd.mounts), by unit name.
+      mounts = lib.listToAttrs (
+        map (mount: lib.nameValuePair mount.name config.systemd.units.${mount.name}.text) (
+          lib.filter (mount: mount.type == "hugetlbfs") config.systemd.mounts
+        )
+      );
       # The image file's store path, as the pre-start script names it (`docker load -i`).
       imageFilePath =
         if serving.enable && serving.imageFile != null then

@@ -130,7 +130,12 @@ def test_store_paths_map_exactly_or_are_refused() -> None:
 
 @pytest.mark.parametrize(
     ("change", "message"),
-    [({"strict": True}, "enableStrictShellChecks"), ({"links": {"aliases": ["x"]}}, "links")],
+    [
+        ({"strict": True}, "enableStrictShellChecks"),
+        ({"links": {"aliases": ["x"]}}, "links"),
+        ({"enable": False}, "enable = False"),
+        ({"overrideStrategy": "asDropin"}, "drop-in"),
+    ],
 )
 def test_what_the_mapping_cannot_carry_is_refused(
     nixos: dict[str, Any], monkeypatch: pytest.MonkeyPatch, change: dict[str, Any], message: str

@@ -17,8 +17,8 @@ guest:
 
 A store path that none of these explains is refused with its name (``UnmappedStorePath``):
 the guest would run something the suite never provided. So is what the mapping cannot carry:
-strict-shell-check job scripts (``writeShellApplication``) and unit links that the unit file's
-text does not show (``requiredBy``, ``upheldBy``, ``aliases``).
+strict-shell-check job scripts (``writeShellApplication``), unit links that the unit file's
+text does not show (``requiredBy``, ``upheldBy``, ``aliases``, a disabled unit) and drop-ins.
 
 ``differences`` compares two renderings exactly, store hashes aside; the reference guest
 refuses to run when ``vmtests.scenario.serving_unit`` (the renderer the negative controls vary)
@@ -152,10 +152,15 @@ def rendered_units(configuration: str, image_file: str | None) -> RenderedUnits:
                 f"{where} has enableStrictShellChecks: its job scripts are writeShellApplication "
                 "scripts, which this mapping does not render"
             )
-        if unit.get("links"):
+        if unit.get("links") or not unit.get("enable", True):
             raise UnmappedStorePath(
-                f"{where} has links its unit file does not show ({unit['links']}); "
-                "installing the file alone would lose them"
+                f"{where} has links its unit file does not show ({unit['links']}, enable = "
+                f"{unit.get('enable')}); installing the file alone would lose them"
+            )
+        if unit.get("overrideStrategy", "asDropinIfExists") != "asDropinIfExists":
+            raise UnmappedStorePath(
+                f"{where} is a drop-in (overrideStrategy = {unit['overrideStrategy']}), "
+                "not a unit file"
             )
         rendered.units[name] = mapping.apply(unit["text"], where)
         for path, body in unit["scripts"].items():

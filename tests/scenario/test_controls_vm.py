@@ -1,16 +1,21 @@
 """Negative controls on the reference guest: each real persistence failure is caught, each with
-its own message, and the correct configuration raises no alarm."""
+its own message, and the correct configuration raises no alarm. Then, on the same guest as
+``vmtests selftest`` runs them, the container path: a leftover container is stopped gracefully
+by the module's pre-start and never killed; oci-containers' own ``docker rm -f`` pre-start is
+caught by the same check (exit code 137)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from vm_support import reference_machine
 
 from vmtests.profiles import load_profile
 from vmtests.report import write_controls_report
+from vmtests.scenario.container_stop import CHECK, run_container_controls
 from vmtests.scenario.controls import (
     CONTROLS,
     Control,
@@ -24,14 +29,26 @@ from vmtests.scenario.results import CheckResult
 pytestmark = [pytest.mark.vm, pytest.mark.nix]
 
 
+class ControlRun(NamedTuple):
+    """What one guest showed: false alarms, every control's outcome, the container path."""
+
+    false_alarms: list[CheckResult]
+    outcomes: dict[str, ControlOutcome]
+    graceful: list[CheckResult]  # the module's pre-start over a leftover, then the unit's stop
+    rm_f: ControlOutcome | None  # oci-containers.nix's own `docker rm -f` pre-start
+
+
 @pytest.fixture(scope="module")
 def control_run(
     tmp_path_factory: pytest.TempPathFactory, vmtests_report_dir: Path
-) -> Iterator[tuple[list[CheckResult], dict[str, ControlOutcome]]]:
-    """One guest: the correct configuration's false alarms, then every control's outcome."""
+) -> Iterator[ControlRun]:
+    """One guest: the correct configuration's false alarms, every control's outcome, then the
+    container controls (one boot and one prepared base instead of two)."""
     switch = ReferenceSwitch(load_profile("cfx-llm2"))
     outcomes: dict[str, ControlOutcome] = {}
     false_alarms: list[CheckResult] = []
+    graceful: list[CheckResult] = []
+    rm_f: ControlOutcome | None = None
     with reference_machine(tmp_path_factory.mktemp("controls"), name="controls") as machine:
         try:
             machine.start()
@@ -39,25 +56,23 @@ def control_run(
             false_alarms = check_correct_configuration(machine, switch)
             for control in CONTROLS:
                 outcomes[control.name] = run_control(machine, switch, control)
+            graceful, rm_f = run_container_controls(machine, switch)
         finally:
             write_controls_report(
-                list(outcomes.values()), false_alarms, vmtests_report_dir / "controls"
+                [*outcomes.values(), *([rm_f] if rm_f else [])],
+                [*false_alarms, *(result for result in graceful if result.failed)],
+                vmtests_report_dir / "controls",
             )
-        yield false_alarms, outcomes
+        yield ControlRun(false_alarms, outcomes, graceful, rm_f)
 
 
-def test_correct_configuration_raises_no_alarm(
-    control_run: tuple[list[CheckResult], dict[str, ControlOutcome]],
-) -> None:
-    false_alarms, _ = control_run
-    assert false_alarms == [], "\n".join(str(alarm) for alarm in false_alarms)
+def test_correct_configuration_raises_no_alarm(control_run: ControlRun) -> None:
+    assert control_run.false_alarms == [], "\n".join(map(str, control_run.false_alarms))
 
 
 @pytest.mark.parametrize("control", CONTROLS, ids=[control.name for control in CONTROLS])
-def test_negative_control_is_detected(
-    control: Control, control_run: tuple[list[CheckResult], dict[str, ControlOutcome]]
-) -> None:
-    outcome = control_run[1][control.name]
+def test_negative_control_is_detected(control: Control, control_run: ControlRun) -> None:
+    outcome = control_run.outcomes[control.name]
     seen = "\n".join(str(failure) for failure in outcome.failures) or "(no failure at all)"
     assert outcome.detected, (
         f"{control.name}: no {control.check} failure matched /{control.message.pattern}/; "
@@ -65,10 +80,8 @@ def test_negative_control_is_detected(
     )
 
 
-def test_each_control_has_its_own_message(
-    control_run: tuple[list[CheckResult], dict[str, ControlOutcome]],
-) -> None:
-    outcomes = control_run[1]
+def test_each_control_has_its_own_message(control_run: ControlRun) -> None:
+    outcomes = control_run.outcomes
     assert len(outcomes) == len(CONTROLS)
     negative = [control for control in CONTROLS if not control.false_alarm]
     messages = [outcomes[control.name].message for control in negative]
@@ -77,3 +90,20 @@ def test_each_control_has_its_own_message(
         message = outcomes[control.name].message
         others = [c.name for c in negative if c is not control and c.message.search(message)]
         assert others == [], f"{control.name}'s message also matches {others}: {message}"
+
+
+def test_leftover_container_is_stopped_gracefully(control_run: ControlRun) -> None:
+    results = control_run.graceful
+    assert [r.check for r in results] == [CHECK, CHECK]
+    assert all(r.ok for r in results), "\n".join(map(str, results))
+    assert "exit code 0" in results[0].message
+    assert "15" in results[0].message  # SIGTERM
+
+
+def test_oci_containers_rm_f_pre_start_is_caught(control_run: ControlRun) -> None:
+    outcome = control_run.rm_f
+    assert outcome is not None
+    assert outcome.detected, "\n".join(map(str, outcome.failures)) or outcome.message
+    assert "was killed: exit code 137" in outcome.message
+    # Only the leftover was killed: the unit's own stop stays graceful.
+    assert len(outcome.failures) == 1, "\n".join(map(str, outcome.failures))

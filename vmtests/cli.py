@@ -209,9 +209,9 @@ def command_selftest(args: argparse.Namespace) -> int:
                 try:
                     false_alarms += check_correct_configuration(machine, switch)
                     outcomes = run_controls(machine, switch)
-                    graceful, killed = run_container_controls(machine, switch)
-                    false_alarms += [result for result in graceful if result.failed]
-                    outcomes.append(killed)
+                    container = run_container_controls(machine, switch)
+                    false_alarms += container.false_alarms
+                    outcomes.append(container.rm_f)
                 finally:
                     write_controls_report(outcomes, false_alarms, args.report_dir / "controls")
     if outcomes:

@@ -15,7 +15,7 @@ from vm_support import reference_machine
 
 from vmtests.profiles import load_profile
 from vmtests.report import write_controls_report
-from vmtests.scenario.container_stop import CHECK, run_container_controls
+from vmtests.scenario.container_stop import CHECK, ContainerControls, run_container_controls
 from vmtests.scenario.controls import (
     CONTROLS,
     Control,
@@ -34,8 +34,7 @@ class ControlRun(NamedTuple):
 
     false_alarms: list[CheckResult]
     outcomes: dict[str, ControlOutcome]
-    graceful: list[CheckResult]  # the module's pre-start over a leftover, then the unit's stop
-    rm_f: ControlOutcome | None  # oci-containers.nix's own `docker rm -f` pre-start
+    container: ContainerControls | None
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +46,7 @@ def control_run(
     switch = ReferenceSwitch(load_profile("cfx-llm2"))
     outcomes: dict[str, ControlOutcome] = {}
     false_alarms: list[CheckResult] = []
-    graceful: list[CheckResult] = []
-    rm_f: ControlOutcome | None = None
+    container: ContainerControls | None = None
     with reference_machine(tmp_path_factory.mktemp("controls"), name="controls") as machine:
         try:
             machine.start()
@@ -56,14 +54,14 @@ def control_run(
             false_alarms = check_correct_configuration(machine, switch)
             for control in CONTROLS:
                 outcomes[control.name] = run_control(machine, switch, control)
-            graceful, rm_f = run_container_controls(machine, switch)
+            container = run_container_controls(machine, switch)
         finally:
             write_controls_report(
-                [*outcomes.values(), *([rm_f] if rm_f else [])],
-                [*false_alarms, *(result for result in graceful if result.failed)],
+                [*outcomes.values(), *([container.rm_f] if container else [])],
+                [*false_alarms, *(container.false_alarms if container else [])],
                 vmtests_report_dir / "controls",
             )
-        yield ControlRun(false_alarms, outcomes, graceful, rm_f)
+        yield ControlRun(false_alarms, outcomes, container)
 
 
 def test_correct_configuration_raises_no_alarm(control_run: ControlRun) -> None:
@@ -93,7 +91,8 @@ def test_each_control_has_its_own_message(control_run: ControlRun) -> None:
 
 
 def test_leftover_container_is_stopped_gracefully(control_run: ControlRun) -> None:
-    results = control_run.graceful
+    assert control_run.container is not None
+    results = control_run.container.graceful
     assert [r.check for r in results] == [CHECK, CHECK]
     assert all(r.ok for r in results), "\n".join(map(str, results))
     assert "exit code 0" in results[0].message
@@ -101,8 +100,8 @@ def test_leftover_container_is_stopped_gracefully(control_run: ControlRun) -> No
 
 
 def test_oci_containers_rm_f_pre_start_is_caught(control_run: ControlRun) -> None:
-    outcome = control_run.rm_f
-    assert outcome is not None
+    assert control_run.container is not None
+    outcome = control_run.container.rm_f
     assert outcome.detected, "\n".join(map(str, outcome.failures)) or outcome.message
     assert "was killed: exit code 137" in outcome.message
     # Only the leftover was killed: the unit's own stop stays graceful.

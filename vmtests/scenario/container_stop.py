@@ -154,15 +154,25 @@ def leftover_then_start(
 KILLED = re.compile(r"was killed: exit code 137")
 
 
-def run_container_controls(
-    machine: Machine, switch: ReferenceSwitch
-) -> tuple[list[CheckResult], ControlOutcome]:
+@dataclass
+class ContainerControls:
+    """The container path on one guest: the graceful run and the ``rm -f`` control."""
+
+    graceful: list[CheckResult]  # the module's pre-start over a leftover, then the unit's stop
+    rm_f: ControlOutcome  # oci-containers.nix's own ``docker rm -f`` pre-start
+
+    @property
+    def false_alarms(self) -> list[CheckResult]:
+        """The graceful run's failures: the correct configuration raised them."""
+        return [result for result in self.graceful if result.failed]
+
+
+def run_container_controls(machine: Machine, switch: ReferenceSwitch) -> ContainerControls:
     """The graceful path (its failures are false alarms) and the ``rm -f`` control.
 
-    Returns the results of the module's own pre-start and stop (expected: both pass, the
-    leftover stopped by SIGTERM with exit code 0) and the outcome of the control that installs
-    oci-containers.nix's ``docker rm -f`` pre-start (expected: detected, the leftover was
-    killed with exit code 137, while the unit's own stop stays graceful).
+    Expected: both graceful results pass (the leftover stopped by SIGTERM with exit code 0), and
+    the control that installs oci-containers.nix's ``docker rm -f`` pre-start is detected (the
+    leftover was killed with exit code 137, while the unit's own stop stays graceful).
     """
     # On a guest that ran other controls before: undo theirs first (a transient unit, drop-ins).
     reset_to_target(machine, switch, to="clean")
@@ -181,4 +191,4 @@ def run_container_controls(
         failures,
         time.monotonic() - start,
     )
-    return graceful, outcome
+    return ContainerControls(graceful, outcome)

@@ -147,17 +147,22 @@ def rendered_units(configuration: str, image_file: str | None) -> RenderedUnits:
         if unit is None:
             continue
         where = f"{configuration}: {name}"
-        if unit.get("strict"):
+        if unit["strict"]:
             raise UnmappedStorePath(
                 f"{where} has enableStrictShellChecks: its job scripts are writeShellApplication "
                 "scripts, which this mapping does not render"
             )
-        if unit.get("links") or not unit.get("enable", True):
+        if unit["links"]:
             raise UnmappedStorePath(
-                f"{where} has links its unit file does not show ({unit['links']}, enable = "
-                f"{unit.get('enable')}); installing the file alone would lose them"
+                f"{where} has links its unit file does not show ({unit['links']}); "
+                "installing the file alone would lose them"
             )
-        if unit.get("overrideStrategy", "asDropinIfExists") != "asDropinIfExists":
+        if not unit["enable"]:
+            raise UnmappedStorePath(
+                f"{where} has enable = False: NixOS links it to /dev/null, which installing "
+                "the file alone would lose"
+            )
+        if unit["overrideStrategy"] != "asDropinIfExists":
             raise UnmappedStorePath(
                 f"{where} is a drop-in (overrideStrategy = {unit['overrideStrategy']}), "
                 "not a unit file"

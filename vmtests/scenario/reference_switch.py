@@ -38,7 +38,6 @@ from vmtests.guest.stub_layer import install_stub_device_layer
 from vmtests.nixcore import CoreOutput, evaluate_core
 from vmtests.profiles import Profile
 from vmtests.scenario import nixos_units
-from vmtests.scenario.nixos_units import BASE_SERVING_PROFILE
 from vmtests.scenario.serving_unit import (
     OciContainer,
     RenderedUnits,
@@ -321,7 +320,9 @@ def with_stub_image(machine: Machine, config: ServingConfig) -> ServingConfig:
 class ReferenceSwitch:
     """The reference guest's switch: base = baseline serving profile, target = the profile's."""
 
-    def __init__(self, profile: Profile, base_serving_profile: str = BASE_SERVING_PROFILE) -> None:
+    def __init__(
+        self, profile: Profile, base_serving_profile: str = nixos_units.BASE_SERVING_PROFILE
+    ) -> None:
         self.profile = profile
         self.base_serving_profile = base_serving_profile
         self.units_source, why = units_source()

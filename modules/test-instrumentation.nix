@@ -47,7 +47,12 @@ let
   # A configuration may supply a manifest attribute itself (the stub device layer's tt-smi).
   manifestAttributes = lib.unique (lib.attrValues contract.tools);
   resolvedToolPackages = lib.genAttrs manifestAttributes (
-    attr: cfg.toolPackages.${attr} or pkgs.${attr}
+    attr:
+    cfg.toolPackages.${attr} or pkgs.${attr} or (throw (
+      "the tool manifest (vmtests/contracts/instrumentation.json) names pkgs.${attr}, which this "
+      + "nixpkgs lacks; set vmtests.instrumentation.toolPackages.${attr} to the package that "
+      + "provides it"
+    ))
   );
   unknownToolPackages = lib.subtractLists manifestAttributes (lib.attrNames cfg.toolPackages);
 

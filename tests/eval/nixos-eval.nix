@@ -122,8 +122,9 @@ let
         # When true, the job scripts are writeShellApplication (errexit, nounset, pipefail).
         strict = service.enableStrictShellChecks;
         # What systemd-lib.nix makes of the unit besides its text (nixos/lib/systemd-lib.nix
-        # generateUnits): links beside the file, a /dev/null link when disabled, a drop-in
-        # instead of a unit file.
+        # generateUnits): links beside the file, a /dev/null link when disabled, a drop-in when
+        # asked for. Not covered: a drop-in because a package ships the same unit name, and
+        # units in systemd.suppressedSystemUnits (neither applies to these project units).
         links = lib.filterAttrs (_: targets: targets != [ ]) {
           inherit (unit) requiredBy upheldBy aliases;
         };

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from vmtests.contracts.instrumentation import GUEST_CPUS
+from vmtests.driver import qemu_launch
 from vmtests.driver.qemu import QemuMachine
 from vmtests.driver.qemu_launch import Sockets
 
@@ -43,3 +46,31 @@ def test_an_explicit_cpu_count_still_wins(tmp_path: Path) -> None:
         "nixos", tmp_path / "state", run_script=tmp_path / "run-vm-test-vm", cpus=1
     )
     assert _smp(machine._spec("tcg", _sockets(tmp_path)).argv) == ["1"]
+
+
+def _accel(argv: list[str]) -> list[str]:
+    return [argv[i + 1] for i, arg in enumerate(argv) if arg == "-accel"]
+
+
+def test_tcg_threads_only_when_every_vcpu_of_every_guest_has_a_core() -> None:
+    assert qemu_launch.tcg_thread_mode(cpus=2, host_cores=2, guests_at_once=1) == "multi"
+    assert qemu_launch.tcg_thread_mode(cpus=2, host_cores=2, guests_at_once=2) == "single"
+    assert qemu_launch.tcg_thread_mode(cpus=2, host_cores=1, guests_at_once=1) == "single"
+    assert qemu_launch.tcg_thread_mode(cpus=2, host_cores=8, guests_at_once=4) == "multi"
+
+
+@pytest.mark.parametrize(("workers", "expected"), [("3", "single"), ("2", "multi"), ("", "multi")])
+def test_the_reference_guest_tcg_thread_follows_the_xdist_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: str, expected: str
+) -> None:
+    monkeypatch.setattr(qemu_launch.os, "cpu_count", lambda: 2 * GUEST_CPUS)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", workers)
+    machine = QemuMachine(
+        "reference",
+        tmp_path / "state",
+        kernel=tmp_path / "vmlinuz",
+        initrd=tmp_path / "initrd",
+        base_disk=tmp_path / "disk.qcow2",
+    )
+    assert _accel(machine._spec("tcg", _sockets(tmp_path)).argv) == [f"tcg,thread={expected}"]
+    assert _accel(machine._spec("kvm", _sockets(tmp_path)).argv) == ["kvm"]

@@ -23,6 +23,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # pytest-xdist's marker, registered here too so that --strict-markers accepts it without
     # xdist (tests then simply run in one process).
     config.addinivalue_line("markers", "xdist_group(name): run on the same xdist worker")
+    config.addinivalue_line(
+        "markers",
+        "guest_seconds(n): the guest work of this module's xdist group, in seconds on the CI "
+        "machine (docs/ci-time.md); the heaviest groups are handed out first",
+    )
 
 
 # ---- options, profile and machine target (the persistence scenario) ------------------------------
@@ -83,6 +88,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         elif "vm" in item.keywords and _uses_a_module_fixture(item):
             # Such a module's tests stay on one worker: its module-scoped guest boots once.
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    items[:] = heaviest_groups_first(items)
+
+
+def heaviest_groups_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """``items`` with the xdist groups of the largest ``guest_seconds`` first, otherwise in
+    collection order.
+
+    pytest-xdist's ``loadgroup`` hands each idle worker the next group in this order (with
+    ``--no-loadscope-reorder``, which pyproject.toml sets; its default orders by test count).
+    A long group that starts last ends last: started first, the longest guests overlap the
+    rest of the run.
+    """
+    weights: dict[str, float] = {}
+    for item in items:
+        marker = item.get_closest_marker("guest_seconds")
+        if marker is not None:
+            group = _xdist_group(item)
+            weights[group] = max(weights.get(group, 0.0), float(marker.args[0]))
+    return sorted(items, key=lambda item: -weights.get(_xdist_group(item), 0.0))
+
+
+def _xdist_group(item: pytest.Item) -> str:
+    marker = item.get_closest_marker("xdist_group")
+    return str(marker.args[0]) if marker is not None and marker.args else item.nodeid
 
 
 def _uses_a_module_fixture(item: pytest.Item) -> bool:

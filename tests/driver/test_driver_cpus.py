@@ -5,6 +5,7 @@ contract. No QEMU is started."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,7 @@ def test_tcg_threads_only_when_every_vcpu_of_every_guest_has_a_core() -> None:
 def test_the_reference_guest_tcg_thread_follows_the_xdist_workers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: str, expected: str
 ) -> None:
-    monkeypatch.setattr(qemu_launch.os, "cpu_count", lambda: 2 * GUEST_CPUS)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2 * GUEST_CPUS)
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", workers)
     machine = QemuMachine(
         "reference",

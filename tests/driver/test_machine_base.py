@@ -6,12 +6,16 @@ host, so quoting, observation and ``write_file`` are exercised through the real 
 
 from __future__ import annotations
 
+import http.server
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from vmtests.driver.errors import WaitTimeout
 from vmtests.driver.machine import CommandResult, Machine, render_command
 
 
@@ -99,3 +103,75 @@ def test_write_file_is_exact_and_creates_the_directory(tmp_path: Path) -> None:
     machine.write_file(str(target), text)
     assert target.read_text() == text
     assert not (tmp_path / "new" / "dir" / "unit.service.tmp").exists()
+
+
+class _Health(http.server.BaseHTTPRequestHandler):
+    """``/health``: 503 for the first ``ready_after`` requests, then 200."""
+
+    ready_after = 2
+    seen = 0
+
+    def do_GET(self) -> None:
+        type(self).seen += 1
+        self.send_response(200 if type(self).seen > type(self).ready_after else 503)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class ForwardedShell(LocalShell):
+    """A local shell whose port 8000 the host reaches at ``address``, like a forwarded port."""
+
+    def __init__(self, address: tuple[str, int]) -> None:
+        super().__init__()
+        self.address = address
+
+    def host_address(self, port: int) -> tuple[str, int] | None:
+        return self.address if port == 8000 else None
+
+
+@pytest.fixture
+def health_server() -> Iterator[http.server.HTTPServer]:
+    _Health.seen = 0
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_http_readiness_is_asked_from_the_host_through_the_forward(
+    health_server: http.server.HTTPServer,
+) -> None:
+    machine = ForwardedShell(("127.0.0.1", health_server.server_address[1]))
+    machine.wait_for_http_ok(8000, "/health", timeout=30)
+    assert _Health.seen == 3  # two 503s, then the 200
+    assert machine.sent == []  # no command on the machine
+
+
+def test_http_readiness_timeout_names_the_url_and_the_last_answer(
+    health_server: http.server.HTTPServer,
+) -> None:
+    _Health.ready_after = 10**6
+    machine = ForwardedShell(("127.0.0.1", health_server.server_address[1]))
+    try:
+        with pytest.raises(WaitTimeout) as caught:
+            machine.wait_for_http_ok(8000, "/health", timeout=1.5)
+    finally:
+        _Health.ready_after = 2
+    message = str(caught.value)
+    assert "http://127.0.0.1:8000/health on local to answer 200" in message
+    assert "last answer: 503 Service Unavailable" in message
+
+
+def test_http_readiness_without_a_forward_runs_curl_on_the_machine() -> None:
+    machine = LocalShell()
+    with pytest.raises(WaitTimeout) as caught:
+        machine.wait_for_http_ok(1, "/health", timeout=1.5)
+    assert machine.sent
+    assert all("curl -sf -m 5" in command for command in machine.sent)
+    assert "http://127.0.0.1:1/health" in str(caught.value)

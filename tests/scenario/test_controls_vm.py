@@ -26,7 +26,7 @@ from vmtests.scenario.controls import (
 from vmtests.scenario.reference_switch import ReferenceSwitch
 from vmtests.scenario.results import CheckResult
 
-pytestmark = [pytest.mark.vm, pytest.mark.nix]
+pytestmark = [pytest.mark.vm, pytest.mark.nix, pytest.mark.guest_seconds(1075)]
 
 
 class ControlRun(NamedTuple):

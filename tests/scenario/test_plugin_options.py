@@ -86,3 +86,38 @@ def test_missing_profile_is_a_usage_error(tmp_path: Path, name: str) -> None:
     )
     assert result.returncode != 0
     assert "no such profile file" in result.stdout + result.stderr
+
+
+def test_heaviest_guest_groups_are_collected_first(tmp_path: Path) -> None:
+    light = "import pytest\npytestmark = pytest.mark.guest_seconds(10)\n"
+    heavy = "import pytest\npytestmark = pytest.mark.guest_seconds(900)\n"
+    (tmp_path / "test_a_plain.py").write_text("def test_plain():\n    pass\n")
+    (tmp_path / "test_b_light.py").write_text(light + "def test_one():\n    pass\n")
+    (tmp_path / "test_c_heavy.py").write_text(
+        heavy + "def test_one():\n    pass\n\ndef test_two():\n    pass\n"
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--collect-only",
+            "-n",
+            "0",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    collected = [line for line in result.stdout.splitlines() if "::" in line]
+    assert collected == [
+        "test_c_heavy.py::test_one",
+        "test_c_heavy.py::test_two",
+        "test_b_light.py::test_one",
+        "test_a_plain.py::test_plain",
+    ], result.stdout + result.stderr

@@ -16,7 +16,6 @@ goes through the ``Machine``.
 
 from __future__ import annotations
 
-import http.client
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -25,25 +24,18 @@ from pathlib import Path
 
 from vmtests.driver import procs
 from vmtests.driver.errors import WaitTimeout
+from vmtests.driver.http_probe import PROBE_TIMEOUT, http_status
 from vmtests.driver.machine import Machine
 from vmtests.driver.procs import free_port
 from vmtests.driver.qemu import QemuMachine
 from vmtests.guest.access import ssh_to_guest
 
-PROBE_TIMEOUT = 5.0
 TUNNEL_TIMEOUT = 60.0
 
 
 def health_ok(host: str, port: int, timeout: float = PROBE_TIMEOUT) -> bool:
     """True when ``GET /health`` on ``host:port`` answers 200."""
-    connection = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        connection.request("GET", "/health")
-        return connection.getresponse().status == 200
-    except (OSError, http.client.HTTPException):
-        return False
-    finally:
-        connection.close()
+    return http_status(host, port, "/health", timeout)[0] == 200
 
 
 @contextmanager

@@ -27,6 +27,7 @@ from typing import Self, TypeAlias
 
 from vmtests.driver import transfer
 from vmtests.driver.errors import CommandFailed, DriverError, WaitTimeout
+from vmtests.driver.http_probe import http_status
 from vmtests.driver.log import log
 
 DEFAULT_COMMAND_TIMEOUT = 120.0
@@ -297,6 +298,57 @@ class Machine(abc.ABC):
                 f"unit {unit} to become active",
                 lambda: f"ActiveState={state[0]}\n" + self.unit_diagnostics(unit),
             )
+
+    def host_address(self, port: int) -> tuple[str, int] | None:
+        """``(host, port)`` on which the host running the suite reaches the machine's TCP
+        ``port`` directly (a QEMU forwarded port), or None: then only a command on the machine
+        reaches it."""
+        return None
+
+    def wait_for_http_ok(
+        self,
+        port: int,
+        path: str,
+        timeout: float = DEFAULT_WAIT_TIMEOUT,
+        unit: str | None = None,
+    ) -> None:
+        """Wait until ``GET http://127.0.0.1:<port><path>`` on the machine answers 200.
+
+        Through ``host_address`` the host asks itself: under TCG a ``curl`` in the guest costs
+        about half a second of the guest's CPU per probe, taken from the server that is starting
+        (docs/ci-time.md). Without one, ``curl`` runs on the machine. A timeout shows the last
+        answer, and ``unit``'s status and journal when given.
+        """
+        url = f"http://127.0.0.1:{port}{path}"
+        address = self.host_address(port)
+        if address is None:
+            try:
+                self.wait_until_succeeds("curl -sf -m 5 %s", url, timeout=timeout)
+            except WaitTimeout as error:
+                raise WaitTimeout(
+                    error.awaited, error.timeout, self._with_unit(error.last_seen, unit)
+                ) from None
+            return
+        host, host_port = address
+        last = ["(no answer yet)"]
+
+        def attempt() -> bool:
+            status, last[0] = http_status(host, host_port, path)
+            return status == 200
+
+        deadline = time.monotonic() + timeout
+        with log.nested(
+            f"waiting until {url} on {self.name} answers 200 (from {host}:{host_port})"
+        ):
+            self._poll(
+                attempt,
+                deadline,
+                f"{url} on {self.name} to answer 200 (asked from {host}:{host_port})",
+                lambda: self._with_unit(f"last answer: {last[0]}", unit),
+            )
+
+    def _with_unit(self, seen: str, unit: str | None) -> str:
+        return f"{seen}\n{self.unit_diagnostics(unit)}" if unit else seen
 
     def wait_for_open_port(
         self, port: int, address: str = "127.0.0.1", timeout: float = DEFAULT_WAIT_TIMEOUT

@@ -147,6 +147,10 @@ class QemuMachine(Machine):
             )
         return self._forwards[guest_port]
 
+    def host_address(self, port: int) -> tuple[str, int] | None:
+        """The forwarded host port of guest ``port`` on 127.0.0.1, if it is forwarded."""
+        return ("127.0.0.1", self._forwards[port]) if port in self._forwards else None
+
     @property
     def overlay(self) -> Path:
         """The guest's writable disk: a qcow2 overlay on the base image (or NIX_DISK_IMAGE)."""

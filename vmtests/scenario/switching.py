@@ -36,9 +36,7 @@ class Switcher(Protocol):
 
 def wait_healthy(machine: Machine, port: int, timeout: float = READY_TIMEOUT) -> None:
     """Wait until ``/health`` on ``port`` answers 200, whatever runs the server."""
-    machine.wait_until_succeeds(
-        "curl -sf -m 5 %s", f"http://127.0.0.1:{port}/health", timeout=timeout
-    )
+    machine.wait_for_http_ok(port, "/health", timeout=timeout, unit=SERVING_UNIT)
 
 
 def wait_ready(machine: Machine, port: int, timeout: float = READY_TIMEOUT) -> None:

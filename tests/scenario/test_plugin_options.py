@@ -21,27 +21,21 @@ def test_profile_fixture(vmtests_profile, vmtests_target):
 """
 
 
-def _pytest(tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    (tmp_path / "test_hw.py").write_text(HW_TEST)
+def _run_pytest(cwd: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-rs",
-            "--profile",
-            "resident",
-            *options,
-            str(tmp_path / "test_hw.py"),
-        ],
-        cwd=tmp_path,
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *arguments],
+        cwd=cwd,
         capture_output=True,
         text=True,
         check=False,
         timeout=120,
+    )
+
+
+def _pytest(tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "test_hw.py").write_text(HW_TEST)
+    return _run_pytest(
+        tmp_path, "-rs", "--profile", "resident", *options, str(tmp_path / "test_hw.py")
     )
 
 
@@ -96,24 +90,7 @@ def test_heaviest_guest_groups_are_collected_first(tmp_path: Path) -> None:
     (tmp_path / "test_c_heavy.py").write_text(
         heavy + "def test_one():\n    pass\n\ndef test_two():\n    pass\n"
     )
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--collect-only",
-            "-n",
-            "0",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    result = _run_pytest(tmp_path, "--collect-only", "-n", "0")
     collected = [line for line in result.stdout.splitlines() if "::" in line]
     assert collected == [
         "test_c_heavy.py::test_one",

@@ -27,11 +27,24 @@ let
   # `docker stop` (10 s, then SIGKILL) and then `docker rm -f`. The advisory wants
   # `docker stop -t 60`, never `rm -f`, so both are replaced: ExecStop waits the full grace
   # period, ExecStopPost only removes a container that is stopped.
+  #
+  # The stop returns once the container has stopped; the attached client (the unit's main
+  # process) exits with the container's status a moment later. systemd SIGTERMs whatever still
+  # runs when ExecStop ends (systemd.kill(5)), which turned a graceful stop into "ended by
+  # signal 15" now and then under load, so ExecStop waits for $MAINPID (set for ExecStop=,
+  # systemd.exec(5)), bounded by TimeoutStopSec.
+  waitForMainProcess = ''while kill -0 "$MAINPID" 2>/dev/null; do sleep 0.2; done'';
   stopCommand =
     if backend == "podman" then
-      "podman stop --ignore -t ${stopTimeout} --cidfile=/run/${name}/ctr-id"
+      ''
+        podman stop --ignore -t ${stopTimeout} --cidfile=/run/${name}/ctr-id
+        ${waitForMainProcess}
+      ''
     else
-      "docker stop -t ${stopTimeout} ${name} || true";
+      ''
+        docker stop -t ${stopTimeout} ${name} || true
+        ${waitForMainProcess}
+      '';
   postStopCommand =
     if backend == "podman" then
       ''

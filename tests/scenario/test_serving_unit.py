@@ -91,9 +91,9 @@ def test_pre_start_loads_the_image_file_and_never_kills_a_leftover() -> None:
     forced = _scripts_by_name(_config(graceful_pre_start=False))["tenstorrent-serving-pre-start"]
     assert "docker rm -f tenstorrent-serving || true" in forced  # oci-containers' own
     assert "docker stop" not in forced
-    assert (
-        "docker stop -t 60 tenstorrent-serving || true" in scripts["tenstorrent-serving-pre-stop"]
-    )
+    stop = scripts["tenstorrent-serving-pre-stop"]
+    assert "docker stop -t 60 tenstorrent-serving || true" in stop
+    assert stop.index("docker stop") < stop.index('while kill -0 "$MAINPID"')
     post = scripts["tenstorrent-serving-post-stop"]
     assert "docker rm tenstorrent-serving" in post
     assert "-f" not in post.split()

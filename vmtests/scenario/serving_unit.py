@@ -25,9 +25,10 @@ installs them):
 - the module itself: one ``ExecStartPre`` (its ``preStart`` job script: the banner, a graceful
   ``docker stop -t <stopTimeout>`` of a running leftover, a plain ``docker rm``, ``docker load
   -i <imageFile>``) replacing oci-containers' ``pre-start`` with its ``docker rm -f``;
-  ``docker stop -t <stopTimeout>`` as ``preStop``, a ``postStop`` that stops gracefully before
-  a plain ``docker rm``, ``TimeoutStopSec = stopTimeout + 30``, the device/hugepage/ipc/network
-  options, ``--stop-timeout=<stopTimeout>``, the hugepage oneshot and its hugetlbfs mount.
+  ``docker stop -t <stopTimeout>`` then a wait for ``$MAINPID`` as ``preStop``, a ``postStop``
+  that stops gracefully before a plain ``docker rm``, ``TimeoutStopSec = stopTimeout + 30``, the
+  device/hugepage/ipc/network options, ``--stop-timeout=<stopTimeout>``, the hugepage oneshot
+  and its hugetlbfs mount.
 
 Store paths become files under ``STORE_DIR`` named by a hash of their content (a changed
 script is a new path, as in the Nix store), and packages become the tool directories of
@@ -57,6 +58,9 @@ GLOBAL_ENVIRONMENT = {
     "LOCALE_ARCHIVE": "/usr/lib/locale/locale-archive",
     "TZDIR": "/usr/share/zoneinfo",
 }
+WAIT_FOR_MAIN_PROCESS = 'while kill -0 "$MAINPID" 2>/dev/null; do sleep 0.2; done'
+"""The module's ExecStop waits for the attached client to exit on its own after the stop
+(``waitForMainProcess`` in modules/tenstorrent-serving.nix)."""
 _SAFE_ARG = re.compile(r"[a-zA-Z0-9,._+:@%/-]+")
 
 
@@ -239,7 +243,7 @@ def render_container_service(
     pre_path, pre = job_script(f"{name}-pre-start", pre_text)
     start_path, start = job_script(f"{name}-start", run_script_text(container))
     stop_path, stop_script = job_script(
-        f"{name}-pre-stop", f"{BACKEND} stop -t {stop} {name} || true"
+        f"{name}-pre-stop", f"{BACKEND} stop -t {stop} {name} || true\n{WAIT_FOR_MAIN_PROCESS}\n"
     )
     post_path, post = job_script(
         f"{name}-post-stop",

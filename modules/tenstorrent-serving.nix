@@ -33,7 +33,10 @@ let
   # runs when ExecStop ends (systemd.kill(5)), which turned a graceful stop into "ended by
   # signal 15" now and then under load, so ExecStop waits for $MAINPID (set for ExecStop=,
   # systemd.exec(5)), bounded by TimeoutStopSec.
-  waitForMainProcess = ''while kill -0 "$MAINPID" 2>/dev/null; do sleep 0.2; done'';
+  # `''${MAINPID:-}`: empty, not unbound, under enableStrictShellChecks (nounset) when the
+  # main process already ended; the wait runs only after a stop that succeeded (`|| exit 0`),
+  # so a failed stop still hands over to systemd's SIGTERM at once.
+  waitForMainProcess = ''while kill -0 "''${MAINPID:-}" 2>/dev/null; do sleep 0.2; done'';
   stopCommand =
     if backend == "podman" then
       ''
@@ -42,7 +45,7 @@ let
       ''
     else
       ''
-        docker stop -t ${stopTimeout} ${name} || true
+        docker stop -t ${stopTimeout} ${name} || exit 0
         ${waitForMainProcess}
       '';
   postStopCommand =

@@ -226,7 +226,7 @@ def test_the_serving_unit_stops_gracefully_and_never_forces_removal(
     assert stop.script is not None
     assert f"docker stop -t {stop_timeout}" in stop.script
     # ... and then waits for the attached `docker run` to exit before systemd SIGTERMs it.
-    assert stop.script.index("docker stop") < stop.script.index('kill -0 "$MAINPID"')
+    assert stop.script.index("docker stop") < stop.script.index('kill -0 "${MAINPID:-}"')
     assert int(str(unit.timeout_stop_sec)) > stop_timeout
     # oci-containers.nix's Restart=on-failure: a crashed server comes back.
     assert unit.restart in {"on-failure", "always"}, unit.restart

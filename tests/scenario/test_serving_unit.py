@@ -92,8 +92,8 @@ def test_pre_start_loads_the_image_file_and_never_kills_a_leftover() -> None:
     assert "docker rm -f tenstorrent-serving || true" in forced  # oci-containers' own
     assert "docker stop" not in forced
     stop = scripts["tenstorrent-serving-pre-stop"]
-    assert "docker stop -t 60 tenstorrent-serving || true" in stop
-    assert stop.index("docker stop") < stop.index('while kill -0 "$MAINPID"')
+    assert "docker stop -t 60 tenstorrent-serving || exit 0" in stop
+    assert stop.index("docker stop") < stop.index('while kill -0 "${MAINPID:-}"')
     post = scripts["tenstorrent-serving-post-stop"]
     assert "docker rm tenstorrent-serving" in post
     assert "-f" not in post.split()

@@ -58,7 +58,7 @@ GLOBAL_ENVIRONMENT = {
     "LOCALE_ARCHIVE": "/usr/lib/locale/locale-archive",
     "TZDIR": "/usr/share/zoneinfo",
 }
-WAIT_FOR_MAIN_PROCESS = 'while kill -0 "$MAINPID" 2>/dev/null; do sleep 0.2; done'
+WAIT_FOR_MAIN_PROCESS = 'while kill -0 "${MAINPID:-}" 2>/dev/null; do sleep 0.2; done'
 """The module's ExecStop waits for the attached client to exit on its own after the stop
 (``waitForMainProcess`` in modules/tenstorrent-serving.nix)."""
 _SAFE_ARG = re.compile(r"[a-zA-Z0-9,._+:@%/-]+")
@@ -243,7 +243,7 @@ def render_container_service(
     pre_path, pre = job_script(f"{name}-pre-start", pre_text)
     start_path, start = job_script(f"{name}-start", run_script_text(container))
     stop_path, stop_script = job_script(
-        f"{name}-pre-stop", f"{BACKEND} stop -t {stop} {name} || true\n{WAIT_FOR_MAIN_PROCESS}\n"
+        f"{name}-pre-stop", f"{BACKEND} stop -t {stop} {name} || exit 0\n{WAIT_FOR_MAIN_PROCESS}\n"
     )
     post_path, post = job_script(
         f"{name}-post-stop",

@@ -24,6 +24,17 @@ def _sockets(tmp_path: Path) -> Sockets:
     return Sockets(serial=tmp_path / "s", backdoor=tmp_path / "b", qmp=tmp_path / "q")
 
 
+def _reference(tmp_path: Path) -> QemuMachine:
+    """A reference guest's machine (never started: only its command line is read)."""
+    return QemuMachine(
+        "reference",
+        tmp_path / "state",
+        kernel=tmp_path / "vmlinuz",
+        initrd=tmp_path / "initrd",
+        base_disk=tmp_path / "disk.qcow2",
+    )
+
+
 def test_a_nixos_vm_keeps_the_cores_of_its_configuration(tmp_path: Path) -> None:
     machine = QemuMachine("nixos", tmp_path / "state", run_script=tmp_path / "run-vm-test-vm")
     spec = machine._spec("tcg", _sockets(tmp_path))
@@ -31,13 +42,7 @@ def test_a_nixos_vm_keeps_the_cores_of_its_configuration(tmp_path: Path) -> None
 
 
 def test_the_reference_guest_gets_the_contract_cpus(tmp_path: Path) -> None:
-    machine = QemuMachine(
-        "reference",
-        tmp_path / "state",
-        kernel=tmp_path / "vmlinuz",
-        initrd=tmp_path / "initrd",
-        base_disk=tmp_path / "disk.qcow2",
-    )
+    machine = _reference(tmp_path)
     spec = machine._spec("tcg", _sockets(tmp_path))
     assert _smp(spec.argv) == [str(GUEST_CPUS)], spec.argv
 
@@ -66,12 +71,6 @@ def test_the_reference_guest_tcg_thread_follows_the_xdist_workers(
 ) -> None:
     monkeypatch.setattr(os, "cpu_count", lambda: 2 * GUEST_CPUS)
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", workers)
-    machine = QemuMachine(
-        "reference",
-        tmp_path / "state",
-        kernel=tmp_path / "vmlinuz",
-        initrd=tmp_path / "initrd",
-        base_disk=tmp_path / "disk.qcow2",
-    )
+    machine = _reference(tmp_path)
     assert _accel(machine._spec("tcg", _sockets(tmp_path)).argv) == [f"tcg,thread={expected}"]
     assert _accel(machine._spec("kvm", _sockets(tmp_path)).argv) == ["kvm"]

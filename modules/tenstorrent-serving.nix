@@ -40,7 +40,7 @@ let
   stopCommand =
     if backend == "podman" then
       ''
-        podman stop --ignore -t ${stopTimeout} --cidfile=/run/${name}/ctr-id
+        podman stop --ignore -t ${stopTimeout} --cidfile=/run/${name}/ctr-id || exit 0
         ${waitForMainProcess}
       ''
     else

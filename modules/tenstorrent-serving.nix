@@ -55,8 +55,11 @@ let
         podman rm --ignore --cidfile=/run/${name}/ctr-id
       ''
     else
+      # Usually gone already: the attached `docker run --rm` exits only once Docker has
+      # removed the container, so one inspect ends the script (each `docker` start costs).
       ''
-        docker stop -t ${stopTimeout} ${name} >/dev/null 2>&1 || true
+        state=$(docker container inspect --format '{{.State.Running}}' ${name} 2>/dev/null) || exit 0
+        if [ "$state" = true ]; then docker stop -t ${stopTimeout} ${name} >/dev/null 2>&1 || true; fi
         docker rm ${name} >/dev/null 2>&1 || true
       '';
 
@@ -64,7 +67,7 @@ let
   # `<backend> rm -f <name>` and then loads imageFile. It is replaced by this one: the module's
   # banner first, then a container left over from an earlier start (a crash of the unit, a
   # manual `docker run`) is stopped gracefully with the full grace period and removed only once
-  # stopped, then the image is loaded the way oci-containers does it.
+  # stopped, then the image file is loaded unless the backend already holds it (loadImage).
   preStartCommands =
     ''
       echo ${lib.escapeShellArg core.banner}
@@ -78,17 +81,30 @@ let
         ''
       else
         ''
-          if [ "$(docker inspect --format '{{.State.Running}}' ${name} 2>/dev/null)" = true ]; then
+          state=$(docker container inspect --format '{{.State.Running}}' ${name} 2>/dev/null) || state=none
+          if [ "$state" = true ]; then
             echo "stopping the leftover container ${name} gracefully (docker stop -t ${stopTimeout})"
             docker stop -t ${stopTimeout} ${name}
           fi
           # Only a stopped container is left here; with --rm it may already be going away.
-          docker rm ${name} >/dev/null 2>&1 || true
+          if [ "$state" != none ]; then docker rm ${name} >/dev/null 2>&1 || true; fi
         ''
     )
-    + lib.optionalString (cfg.imageFile != null) ''
+    + lib.optionalString (cfg.imageFile != null) loadImage;
+
+  # oci-containers loads imageFile at every start, and `<backend> load` reads and hashes the
+  # whole archive each time (a vLLM image is many GB). Load it only when the backend does not
+  # hold the image this file gave at its last load: the stamp, under /run so that every boot
+  # loads once, records the file's store path and the image ID it was loaded as.
+  loadStamp = "/run/${name}/loaded-image";
+  imageId = "${backend} image inspect --format '{{.Id}}' ${lib.escapeShellArg cfg.image}";
+  loadImage = ''
+    if [ "$(cat ${loadStamp} 2>/dev/null)" != "${cfg.imageFile} $(${imageId} 2>/dev/null)" ]; then
       ${backend} load -i ${cfg.imageFile}
-    '';
+      mkdir -p /run/${name}
+      echo "${cfg.imageFile} $(${imageId})" > ${loadStamp}
+    fi
+  '';
   # The same job script that nixos/lib/systemd-unit-options.nix makes of `preStart`, so that the
   # unit's only ExecStartPre is the store path of `preStart`'s script.
   preStartScript = utils.systemdUtils.lib.makeJobScript {

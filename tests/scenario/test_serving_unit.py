@@ -83,13 +83,15 @@ def test_pre_start_loads_the_image_file_and_never_kills_a_leftover() -> None:
         "#!/bin/bash\nset -e\n\n"
         "echo 'tenstorrent-serving-config: prefix-caching=on digest=sha256:00'\n"
     )  # the module's banner first
-    assert pre.rstrip().endswith(f"docker load -i {IMAGE_FILE}")
-    running = "docker inspect --format '{{.State.Running}}' tenstorrent-serving"
+    assert f"  docker load -i {IMAGE_FILE}\n" in pre
+    running = "docker container inspect --format '{{.State.Running}}' tenstorrent-serving"
     assert pre.index(running) < pre.index("docker stop -t 60 tenstorrent-serving")
     assert pre.index("docker stop -t 60") < pre.index("docker rm tenstorrent-serving")
+    assert pre.index("docker rm tenstorrent-serving") < pre.index("docker load")
     assert "rm -f" not in pre
     forced = _scripts_by_name(_config(graceful_pre_start=False))["tenstorrent-serving-pre-start"]
     assert "docker rm -f tenstorrent-serving || true" in forced  # oci-containers' own
+    assert forced.rstrip().endswith(f"docker load -i {IMAGE_FILE}")  # at every start
     assert "docker stop" not in forced
     stop = scripts["tenstorrent-serving-pre-stop"]
     assert "docker stop -t 60 tenstorrent-serving || exit 0" in stop
@@ -97,6 +99,94 @@ def test_pre_start_loads_the_image_file_and_never_kills_a_leftover() -> None:
     post = scripts["tenstorrent-serving-post-stop"]
     assert "docker rm tenstorrent-serving" in post
     assert "-f" not in post.split()
+
+
+# A `docker` that logs its arguments and answers like Docker: no container of that name, and an
+# image (its ID in $IMAGE_ID_FILE) that exists only once `docker load` has run.
+FAKE_DOCKER = """#!/bin/sh
+echo "$*" >> "$DOCKER_LOG"
+case "$1 $2" in
+  "container inspect") [ -f "$RUNNING_FILE" ] && { cat "$RUNNING_FILE"; exit 0; }
+    echo "Error: No such container: $5" >&2; exit 1 ;;
+  "image inspect") [ -f "$IMAGE_ID_FILE" ] && { cat "$IMAGE_ID_FILE"; exit 0; }
+    echo "Error: No such image: $5" >&2; exit 1 ;;
+  "load -i") echo sha256:1d2e > "$IMAGE_ID_FILE"; echo "Loaded image: $3" ;;
+esac
+"""
+
+
+class FakeDocker:
+    """Runs the rendered scripts with ``FAKE_DOCKER`` first on the PATH and the load stamp moved
+    from /run into ``tmp_path``; ``calls`` is what the scripts asked of Docker."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "docker").write_text(FAKE_DOCKER)
+        (bin_dir / "docker").chmod(0o755)
+        self.tmp_path = tmp_path
+        self.image_id_file = tmp_path / "image-id"
+        self.running_file = tmp_path / "running"
+        self.log = tmp_path / "docker.log"
+        self.env = {
+            **os.environ,
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "DOCKER_LOG": str(self.log),
+            "IMAGE_ID_FILE": str(self.image_id_file),
+            "RUNNING_FILE": str(self.running_file),
+        }
+
+    def run(self, script: str) -> list[str]:
+        """Run one script; the Docker calls it made."""
+        self.log.write_text("")
+        text = script.replace("/run/tenstorrent-serving", str(self.tmp_path / "run"))
+        done = subprocess.run(
+            ["bash", "-c", text], env=self.env, capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        return self.log.read_text().splitlines()
+
+
+def test_pre_start_loads_the_image_file_only_when_docker_lacks_it(tmp_path: Path) -> None:
+    docker = FakeDocker(tmp_path)
+    pre = _scripts_by_name(_config())["tenstorrent-serving-pre-start"]
+    loads = [f"load -i {IMAGE_FILE}"]
+
+    def loaded(calls: list[str]) -> list[str]:
+        return [call for call in calls if call.startswith("load")]
+
+    assert loaded(docker.run(pre)) == loads  # first start of the boot: no stamp
+    stamp = (tmp_path / "run/loaded-image").read_text()
+    assert stamp == f"{IMAGE_FILE} sha256:1d2e\n"
+    calls = docker.run(pre)
+    assert loaded(calls) == []  # same file, image still held: no load
+    assert len(calls) == 2, calls  # one container inspect, one image inspect
+    docker.image_id_file.unlink()  # `docker rmi`: the image is gone
+    assert loaded(docker.run(pre)) == loads
+    docker.image_id_file.write_text("sha256:9f8e\n")  # the tag now names another image
+    assert loaded(docker.run(pre)) == loads
+    other_file = pre.replace(IMAGE_FILE, f"{STORE_DIR}/4567-vmtests-stub-vllm.tar.gz")
+    assert loaded(docker.run(other_file)) == [f"load -i {STORE_DIR}/4567-vmtests-stub-vllm.tar.gz"]
+
+
+def test_leftover_and_post_stop_ask_docker_once_when_no_container_is_left(
+    tmp_path: Path,
+) -> None:
+    docker = FakeDocker(tmp_path)
+    scripts = _scripts_by_name(_config())
+    post = scripts["tenstorrent-serving-post-stop"]
+    assert docker.run(post) == ["container inspect --format {{.State.Running}} tenstorrent-serving"]
+    docker.running_file.write_text("true\n")  # the container outlived `docker run`
+    assert docker.run(post)[1:] == [
+        "stop -t 60 tenstorrent-serving",
+        "rm tenstorrent-serving",
+    ]
+    calls = docker.run(scripts["tenstorrent-serving-pre-start"])
+    assert calls[1:3] == ["stop -t 60 tenstorrent-serving", "rm tenstorrent-serving"]
+    docker.running_file.write_text("false\n")  # stopped, not removed: removed, not stopped
+    calls = docker.run(scripts["tenstorrent-serving-pre-start"])
+    assert "rm tenstorrent-serving" in calls
+    assert not [call for call in calls if call.startswith("stop")]
 
 
 def test_unit_has_the_modules_order_path_and_timeouts() -> None:

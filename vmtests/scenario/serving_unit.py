@@ -24,9 +24,11 @@ installs them):
   glibc reads it) and the guest has no locales package: the line is there to be the same unit;
 - the module itself: one ``ExecStartPre`` (its ``preStart`` job script: the banner, a graceful
   ``docker stop -t <stopTimeout>`` of a running leftover, a plain ``docker rm``, ``docker load
-  -i <imageFile>``) replacing oci-containers' ``pre-start`` with its ``docker rm -f``;
+  -i <imageFile>`` unless Docker holds the image from the file's last load) replacing
+  oci-containers' ``pre-start`` with its ``docker rm -f`` and its load at every start;
   ``docker stop -t <stopTimeout>`` then a wait for ``$MAINPID`` as ``preStop``, a ``postStop``
-  that stops gracefully before a plain ``docker rm``, ``TimeoutStopSec = stopTimeout + 30``, the
+  that ends at once when ``--rm`` removed the container and otherwise stops gracefully before a
+  plain ``docker rm``, ``TimeoutStopSec = stopTimeout + 30``, the
   device/hugepage/ipc/network options, ``--stop-timeout=<stopTimeout>``, the hugepage oneshot
   and its hugetlbfs mount.
 
@@ -179,29 +181,53 @@ def pre_start_text(
 ) -> str:
     """The module's ``preStart``: the banner, a leftover container stopped, the image loaded.
 
-    oci-containers.nix runs ``docker rm -f <name>`` instead (``graceful=False`` renders exactly
-    that), which SIGKILLs a running leftover; the module stops a running leftover with the
-    graceful timeout first and removes it only once it has stopped (a plain ``docker rm``
-    refuses a running container).
+    oci-containers.nix runs ``docker rm -f <name>`` and loads the image file at every start
+    instead (``graceful=False`` renders exactly that); ``rm -f`` SIGKILLs a running leftover.
+    The module stops a running leftover with the graceful timeout first and removes it only
+    once it has stopped (a plain ``docker rm`` refuses a running container), and loads the
+    image file only when Docker does not hold the image it gave at its last load.
     """
     name = escape_shell_arg(container.name)
     lines = [f"echo {escape_shell_arg(banner)}"]
     if graceful:
         running = "{{.State.Running}}"
         lines += [
-            f"if [ \"$({BACKEND} inspect --format '{running}' {name} 2>/dev/null)\" = true ]; then",
+            f"state=$({BACKEND} container inspect --format '{running}' {name} 2>/dev/null)"
+            " || state=none",
+            'if [ "$state" = true ]; then',
             f'  echo "stopping the leftover container {container.name} gracefully '
             f'({BACKEND} stop -t {stop_timeout})"',
             f"  {BACKEND} stop -t {stop_timeout} {name}",
             "fi",
             "# Only a stopped container is left here; with --rm it may already be going away.",
-            f"{BACKEND} rm {name} >/dev/null 2>&1 || true",
+            f'if [ "$state" != none ]; then {BACKEND} rm {name} >/dev/null 2>&1 || true; fi',
         ]
+        if container.image_file is not None:
+            lines += _load_image_lines(container)
     else:
         lines.append(f"{BACKEND} rm -f {name} || true")
-    if container.image_file is not None:
-        lines.append(f"{BACKEND} load -i {container.image_file}")
+        if container.image_file is not None:
+            lines.append(f"{BACKEND} load -i {container.image_file}")
     return "\n".join(lines) + "\n"
+
+
+def load_stamp(container: OciContainer) -> str:
+    """The file recording which image file was loaded last, as which image ID (under /run)."""
+    return f"/run/{container.name}/loaded-image"
+
+
+def _load_image_lines(container: OciContainer) -> list[str]:
+    """The module's ``loadImage``: ``docker load`` only when the stamp does not match."""
+    image = escape_shell_arg(container.image)
+    image_id = f"{BACKEND} image inspect --format '{{{{.Id}}}}' {image}"
+    stamp, image_file = load_stamp(container), container.image_file
+    return [
+        f'if [ "$(cat {stamp} 2>/dev/null)" != "{image_file} $({image_id} 2>/dev/null)" ]; then',
+        f"  {BACKEND} load -i {container.image_file}",
+        f"  mkdir -p /run/{container.name}",
+        f'  echo "{container.image_file} $({image_id})" > {stamp}',
+        "fi",
+    ]
 
 
 def run_script_text(container: OciContainer) -> str:
@@ -247,7 +273,10 @@ def render_container_service(
     )
     post_path, post = job_script(
         f"{name}-post-stop",
-        f"{BACKEND} stop -t {stop} {name} >/dev/null 2>&1 || true\n"
+        f"state=$({BACKEND} container inspect --format '{{{{.State.Running}}}}' {name}"
+        " 2>/dev/null) || exit 0\n"
+        f'if [ "$state" = true ]; then {BACKEND} stop -t {stop} {name} >/dev/null 2>&1'
+        " || true; fi\n"
         f"{BACKEND} rm {name} >/dev/null 2>&1 || true\n",
     )
     for path, text in (

@@ -98,11 +98,14 @@ let
   # loads once, records the file's store path and the image ID it was loaded as.
   loadStamp = "/run/${name}/loaded-image";
   imageId = "${backend} image inspect --format '{{.Id}}' ${lib.escapeShellArg cfg.image}";
+  # No stamp without an ID: an empty one would later match a missing image and skip a load.
   loadImage = ''
     if [ "$(cat ${loadStamp} 2>/dev/null)" != "${cfg.imageFile} $(${imageId} 2>/dev/null)" ]; then
       ${backend} load -i ${cfg.imageFile}
-      mkdir -p /run/${name}
-      echo "${cfg.imageFile} $(${imageId})" > ${loadStamp}
+      if id=$(${imageId}); then
+        mkdir -p /run/${name}
+        echo "${cfg.imageFile} $id" > ${loadStamp}
+      fi
     fi
   '';
   # The same job script that nixos/lib/systemd-unit-options.nix makes of `preStart`, so that the
@@ -236,6 +239,10 @@ in
       preStop = lib.mkForce stopCommand;
       postStop = lib.mkForce postStopCommand;
       serviceConfig.TimeoutStopSec = lib.mkForce (core.stopTimeout + 30);
+      # podman's RuntimeDirectory (oci-containers.nix) is /run/${name}, which systemd empties at
+      # every stop: keep it, and the load stamp in it, until reboot. The preStart above still
+      # removes a stale ctr-id before `podman run --cidfile`.
+      serviceConfig.RuntimeDirectoryPreserve = lib.mkIf (backend == "podman") "yes";
       after = lib.optional (hugepages != null) hugepageUnit;
       requires = lib.optional (hugepages != null) hugepageUnit;
       unitConfig.RequiresMountsFor = lib.mkIf (hugepages != null) hugepageMount;

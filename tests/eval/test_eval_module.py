@@ -97,6 +97,7 @@ def test_the_stop_is_graceful_for_60_seconds(nixpkgs_lib: Path) -> None:
     post = serving["postStop"]
     assert post.index("docker stop -t 60") < post.index("docker rm tenstorrent-serving")
     assert serving["serviceConfig"]["TimeoutStopSec"] > 60
+    assert "RuntimeDirectoryPreserve" not in serving["serviceConfig"]  # podman only
 
 
 def test_the_podman_backend_also_stops_gracefully(nixpkgs_lib: Path) -> None:
@@ -107,6 +108,8 @@ def test_the_podman_backend_also_stops_gracefully(nixpkgs_lib: Path) -> None:
     # A failed stop hands over to systemd's SIGTERM at once instead of failing the stop.
     assert "--cidfile=/run/tenstorrent-serving/ctr-id || exit 0" in serving["preStop"]
     assert "rm -f" not in serving["postStop"]
+    # oci-containers' RuntimeDirectory for podman holds the image load stamp: kept until reboot.
+    assert serving["serviceConfig"]["RuntimeDirectoryPreserve"] == "yes"
 
 
 def test_a_longer_stop_timeout_moves_the_systemd_timeout(nixpkgs_lib: Path) -> None:

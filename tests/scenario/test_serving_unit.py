@@ -110,7 +110,8 @@ case "$1 $2" in
     echo "Error: No such container: $5" >&2; exit 1 ;;
   "image inspect") [ -f "$IMAGE_ID_FILE" ] && { cat "$IMAGE_ID_FILE"; exit 0; }
     echo "Error: No such image: $5" >&2; exit 1 ;;
-  "load -i") echo sha256:1d2e > "$IMAGE_ID_FILE"; echo "Loaded image: $3" ;;
+  "load -i") [ -n "$LOAD_AS_OTHER_TAG" ] || echo sha256:1d2e > "$IMAGE_ID_FILE"
+    echo "Loaded image: $3" ;;
 esac
 """
 
@@ -167,6 +168,17 @@ def test_pre_start_loads_the_image_file_only_when_docker_lacks_it(tmp_path: Path
     assert loaded(docker.run(pre)) == loads
     other_file = pre.replace(IMAGE_FILE, f"{STORE_DIR}/4567-vmtests-stub-vllm.tar.gz")
     assert loaded(docker.run(other_file)) == [f"load -i {STORE_DIR}/4567-vmtests-stub-vllm.tar.gz"]
+
+
+def test_a_file_that_loads_under_another_tag_is_loaded_at_every_start(tmp_path: Path) -> None:
+    docker = FakeDocker(tmp_path)
+    docker.env["LOAD_AS_OTHER_TAG"] = "1"  # `docker load` works, but not as the unit's image
+    pre = _scripts_by_name(_config())["tenstorrent-serving-pre-start"]
+    for _ in range(2):  # no stamp is written without an image ID, so nothing is skipped
+        assert [call for call in docker.run(pre) if call.startswith("load")] == [
+            f"load -i {IMAGE_FILE}"
+        ]
+        assert not (tmp_path / "run/loaded-image").exists()
 
 
 def test_leftover_and_post_stop_ask_docker_once_when_no_container_is_left(

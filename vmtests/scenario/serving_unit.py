@@ -223,9 +223,11 @@ def _load_image_lines(container: OciContainer) -> list[str]:
     stamp, image_file = load_stamp(container), container.image_file
     return [
         f'if [ "$(cat {stamp} 2>/dev/null)" != "{image_file} $({image_id} 2>/dev/null)" ]; then',
-        f"  {BACKEND} load -i {container.image_file}",
-        f"  mkdir -p /run/{container.name}",
-        f'  echo "{container.image_file} $({image_id})" > {stamp}',
+        f"  {BACKEND} load -i {image_file}",
+        f"  if id=$({image_id}); then",
+        f"    mkdir -p /run/{container.name}",
+        f'    echo "{image_file} $id" > {stamp}',
+        "  fi",
         "fi",
     ]
 

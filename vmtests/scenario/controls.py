@@ -461,7 +461,9 @@ def reset_to_target(
         f"/run/systemd/transient/{SERVING_UNIT}; "
         f"systemctl unmask {HUGEPAGES_UNIT} 2>&1; rm -f {VENDOR_UNIT_DIR}/{HUGEPAGES_UNIT}; "
         f"systemctl unset-environment {names} {UNRELATED_VARIABLE}; "
-        f"rm -rf {RUNTIME_CONFIG_DIR} {WRAPPER}; "
+        # Only the controls' own files: the unit's image load stamp lives in the same directory
+        # (modules/tenstorrent-serving.nix, loadImage) and survives until reboot, as in use.
+        f"rm -f {RUN_ENV_FILE} {RUN_FLAGS_FILE} {WRAPPER}; "
         "systemctl daemon-reload; true",
         timeout=UNIT_RESTART_TIMEOUT,
     )

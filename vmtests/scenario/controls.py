@@ -459,7 +459,9 @@ def reset_to_target(
         f"rm -f {HAND_PID_FILE}; fi; "
         f"rm -rf {RUNTIME_DROP_IN_DIR} {DURABLE_DROP_IN_DIR} /run/systemd/system/{SERVING_UNIT} "
         f"/run/systemd/transient/{SERVING_UNIT}; "
-        f"systemctl unmask {HUGEPAGES_UNIT} 2>&1; rm -f {VENDOR_UNIT_DIR}/{HUGEPAGES_UNIT}; "
+        # --no-reload: the daemon-reload below is the only one (each costs seconds under TCG).
+        f"systemctl unmask --no-reload {HUGEPAGES_UNIT} 2>&1; "
+        f"rm -f {VENDOR_UNIT_DIR}/{HUGEPAGES_UNIT}; "
         f"systemctl unset-environment {names} {UNRELATED_VARIABLE}; "
         # Only the controls' own files: the unit's image load stamp lives in the same directory
         # (modules/tenstorrent-serving.nix, loadImage) and survives until reboot, as in use.

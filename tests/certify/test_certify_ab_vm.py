@@ -26,7 +26,7 @@ from vmtests.certify.loadgen import BatchResult
 from vmtests.driver.qemu import QemuMachine
 from vmtests.stub import knobs
 
-pytestmark = [pytest.mark.vm, pytest.mark.guest_seconds(980)]
+pytestmark = [pytest.mark.vm, pytest.mark.guest_seconds(721)]
 
 
 def test_ab_without_a_factor_stays_inside_the_noise_band(

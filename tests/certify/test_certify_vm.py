@@ -35,7 +35,7 @@ from vmtests.guest.access import ssh_to_guest
 from vmtests.profiles import load_profile
 from vmtests.stub import knobs
 
-pytestmark = [pytest.mark.vm, pytest.mark.guest_seconds(465)]
+pytestmark = [pytest.mark.vm, pytest.mark.guest_seconds(454)]
 
 
 def test_correct_configuration_certifies(guest: QemuMachine, tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from controls_support import (
 from vmtests.scenario.container_stop import CHECK
 from vmtests.scenario.controls import Control
 
-pytestmark = [pytest.mark.vm, pytest.mark.nix, pytest.mark.guest_seconds(560)]
+pytestmark = [pytest.mark.vm, pytest.mark.nix, pytest.mark.guest_seconds(421)]
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from controls_support import (
 
 from vmtests.scenario.controls import CONTROLS, Control
 
-pytestmark = [pytest.mark.vm, pytest.mark.nix, pytest.mark.guest_seconds(580)]
+pytestmark = [pytest.mark.vm, pytest.mark.nix, pytest.mark.guest_seconds(508)]
 
 
 @pytest.fixture(scope="module")

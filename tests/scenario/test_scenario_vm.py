@@ -13,7 +13,7 @@ from vmtests.report import write_scenario_report
 from vmtests.scenario.reference_switch import ReferenceSwitch
 from vmtests.scenario.scenario import Scenario
 
-pytestmark = [pytest.mark.vm, pytest.mark.nix, pytest.mark.guest_seconds(250)]  # each profile
+pytestmark = [pytest.mark.vm, pytest.mark.nix, pytest.mark.guest_seconds(190)]  # each profile
 
 
 @pytest.mark.parametrize("profile_name", ["cfx-llm2", "resident"])

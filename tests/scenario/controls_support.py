@@ -7,11 +7,12 @@ first half also checks the correct configuration; the second ends with the conta
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
+import pytest
 from vm_support import reference_machine
 
 from vmtests.profiles import load_profile
@@ -74,6 +75,29 @@ def run_controls(
                 report_dir,
             )
         yield ControlRun(false_alarms, outcomes, container_run)
+
+
+def control_run_fixture(
+    number: int, controls: tuple[Control, ...], *, correct_configuration: bool, container: bool
+) -> Callable[..., Iterator[ControlRun]]:
+    """A test module's ``control_run`` fixture: one guest running ``controls`` (see
+    ``run_controls``), its report in ``controls-<number>``."""
+
+    @pytest.fixture(scope="module")
+    def control_run(
+        tmp_path_factory: pytest.TempPathFactory, vmtests_report_dir: Path
+    ) -> Iterator[ControlRun]:
+        """The guest's false alarms, control outcomes and container path (``ControlRun``)."""
+        with run_controls(
+            tmp_path_factory.mktemp("controls"),
+            vmtests_report_dir / f"controls-{number}",
+            controls,
+            correct_configuration=correct_configuration,
+            container=container,
+        ) as run:
+            yield run
+
+    return control_run
 
 
 def assert_detected(control: Control, run: ControlRun) -> None:

@@ -6,16 +6,13 @@ and never killed; oci-containers' own ``docker rm -f`` pre-start is caught by th
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from controls_support import (
     SECOND_HALF,
     ControlRun,
     assert_detected,
     assert_own_messages,
-    run_controls,
+    control_run_fixture,
 )
 
 from vmtests.scenario.container_stop import CHECK
@@ -23,20 +20,8 @@ from vmtests.scenario.controls import Control
 
 pytestmark = [pytest.mark.vm, pytest.mark.nix, pytest.mark.guest_seconds(421)]
 
-
-@pytest.fixture(scope="module")
-def control_run(
-    tmp_path_factory: pytest.TempPathFactory, vmtests_report_dir: Path
-) -> Iterator[ControlRun]:
-    """One guest: the second half's controls, then the container controls."""
-    with run_controls(
-        tmp_path_factory.mktemp("controls"),
-        vmtests_report_dir / "controls-2",
-        SECOND_HALF,
-        correct_configuration=False,
-        container=True,
-    ) as run:
-        yield run
+# One guest: the second half's controls, then the container controls.
+control_run = control_run_fixture(2, SECOND_HALF, correct_configuration=False, container=True)
 
 
 @pytest.mark.parametrize("control", SECOND_HALF, ids=[control.name for control in SECOND_HALF])

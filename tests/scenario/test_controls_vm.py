@@ -4,9 +4,6 @@ The second half runs on a guest of its own (``test_controls_more_vm.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from controls_support import (
     FIRST_HALF,
@@ -14,27 +11,15 @@ from controls_support import (
     ControlRun,
     assert_detected,
     assert_own_messages,
-    run_controls,
+    control_run_fixture,
 )
 
 from vmtests.scenario.controls import CONTROLS, Control
 
 pytestmark = [pytest.mark.vm, pytest.mark.nix, pytest.mark.guest_seconds(508)]
 
-
-@pytest.fixture(scope="module")
-def control_run(
-    tmp_path_factory: pytest.TempPathFactory, vmtests_report_dir: Path
-) -> Iterator[ControlRun]:
-    """One guest: the correct configuration's false alarms, then the first half's controls."""
-    with run_controls(
-        tmp_path_factory.mktemp("controls"),
-        vmtests_report_dir / "controls-1",
-        FIRST_HALF,
-        correct_configuration=True,
-        container=False,
-    ) as run:
-        yield run
+# One guest: the correct configuration's false alarms, then the first half's controls.
+control_run = control_run_fixture(1, FIRST_HALF, correct_configuration=True, container=False)
 
 
 def test_the_two_halves_run_every_control_once() -> None:

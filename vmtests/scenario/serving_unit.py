@@ -60,6 +60,8 @@ GLOBAL_ENVIRONMENT = {
     "LOCALE_ARCHIVE": "/usr/lib/locale/locale-archive",
     "TZDIR": "/usr/share/zoneinfo",
 }
+RUNNING_FORMAT = "'{{.State.Running}}'"
+"""``docker container inspect --format`` of whether a container runs (pre-start, post-stop)."""
 WAIT_FOR_MAIN_PROCESS = 'while kill -0 "${MAINPID:-}" 2>/dev/null; do sleep 0.2; done'
 """The module's ExecStop waits for the attached client to exit on its own after the stop
 (``waitForMainProcess`` in modules/tenstorrent-serving.nix)."""
@@ -190,9 +192,8 @@ def pre_start_text(
     name = escape_shell_arg(container.name)
     lines = [f"echo {escape_shell_arg(banner)}"]
     if graceful:
-        running = "{{.State.Running}}"
         lines += [
-            f"state=$({BACKEND} container inspect --format '{running}' {name} 2>/dev/null)"
+            f"state=$({BACKEND} container inspect --format {RUNNING_FORMAT} {name} 2>/dev/null)"
             " || state=none",
             'if [ "$state" = true ]; then',
             f'  echo "stopping the leftover container {container.name} gracefully '
@@ -211,21 +212,18 @@ def pre_start_text(
     return "\n".join(lines) + "\n"
 
 
-def load_stamp(container: OciContainer) -> str:
-    """The file recording which image file was loaded last, as which image ID (under /run)."""
-    return f"/run/{container.name}/loaded-image"
-
-
 def _load_image_lines(container: OciContainer) -> list[str]:
     """The module's ``loadImage``: ``docker load`` only when the stamp does not match."""
     image = escape_shell_arg(container.image)
     image_id = f"{BACKEND} image inspect --format '{{{{.Id}}}}' {image}"
-    stamp, image_file = load_stamp(container), container.image_file
+    # "<image file> <image ID>" of the last load, under /run: every boot loads once.
+    stamp_dir, image_file = f"/run/{container.name}", container.image_file
+    stamp = f"{stamp_dir}/loaded-image"
     return [
         f'if [ "$(cat {stamp} 2>/dev/null)" != "{image_file} $({image_id} 2>/dev/null)" ]; then',
         f"  {BACKEND} load -i {image_file}",
         f"  if id=$({image_id}); then",
-        f"    mkdir -p /run/{container.name}",
+        f"    mkdir -p {stamp_dir}",
         f'    echo "{image_file} $id" > {stamp}',
         "  fi",
         "fi",
@@ -275,7 +273,7 @@ def render_container_service(
     )
     post_path, post = job_script(
         f"{name}-post-stop",
-        f"state=$({BACKEND} container inspect --format '{{{{.State.Running}}}}' {name}"
+        f"state=$({BACKEND} container inspect --format {RUNNING_FORMAT} {name}"
         " 2>/dev/null) || exit 0\n"
         f'if [ "$state" = true ]; then {BACKEND} stop -t {stop} {name} >/dev/null 2>&1'
         " || true; fi\n"

@@ -7,6 +7,7 @@ host, so quoting, observation and ``write_file`` are exercised through the real 
 from __future__ import annotations
 
 import http.server
+import os
 import subprocess
 import threading
 import time
@@ -15,8 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from vmtests.driver.errors import WaitTimeout
-from vmtests.driver.machine import CommandResult, Machine, render_command
+from vmtests.driver.errors import CommandFailed, WaitTimeout
+from vmtests.driver.machine import (
+    MAX_RETRY_INTERVAL,
+    RETRY_INTERVAL,
+    CommandResult,
+    Machine,
+    render_command,
+)
+from vmtests.driver.transfer import CHUNK_BYTES
 
 
 class LocalShell(Machine):
@@ -175,3 +183,76 @@ def test_http_readiness_without_a_forward_runs_curl_on_the_machine() -> None:
     assert machine.sent
     assert all("curl -sf -m 5" in command for command in machine.sent)
     assert "http://127.0.0.1:1/health" in str(caught.value)
+
+
+@pytest.fixture
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The pauses between a poll's tries, recorded instead of slept."""
+    recorded: list[float] = []
+    monkeypatch.setattr(time, "sleep", recorded.append)  # the module the driver sleeps with
+    return recorded
+
+
+def test_a_poll_on_the_machine_backs_off_to_the_cap(tmp_path: Path, sleeps: list[float]) -> None:
+    counter = tmp_path / "tries"
+    counter.write_text("0")
+    machine = LocalShell()
+    machine.wait_until_succeeds(
+        f'n=$(($(cat {counter}) + 1)); echo $n > {counter}; [ "$n" -ge 8 ]', timeout=300
+    )
+    assert counter.read_text().strip() == "8"
+    assert sleeps == [0.5, 0.75, 1.125, 1.6875, 2.0, 2.0, 2.0]
+    assert MAX_RETRY_INTERVAL == 2.0
+
+
+def test_a_poll_from_the_host_keeps_its_interval(
+    health_server: http.server.HTTPServer, sleeps: list[float]
+) -> None:
+    machine = ForwardedShell(("127.0.0.1", health_server.server_address[1]))
+    machine.wait_for_http_ok(8000, "/health", timeout=30)
+    assert sleeps == [RETRY_INTERVAL, RETRY_INTERVAL]  # two 503s, then the 200
+
+
+@pytest.fixture
+def staging_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where the local shell's ``mktemp -d`` makes the copy's staging directory."""
+    root = tmp_path / "staging"
+    root.mkdir()
+    monkeypatch.setenv("TMPDIR", str(root))
+    return root
+
+
+def test_a_copy_that_fits_one_chunk_is_one_command(tmp_path: Path, staging_root: Path) -> None:
+    source = tmp_path / "tree"
+    (source / "sub").mkdir(parents=True)
+    (source / "sub" / "a.txt").write_text("a\n")
+    (source / "run.sh").write_text("#!/bin/sh\n")
+    (source / "run.sh").chmod(0o755)
+    machine = LocalShell()
+    machine.copy_to(source, str(tmp_path / "copied"))
+    assert len(machine.sent) == 1
+    assert (tmp_path / "copied" / "sub" / "a.txt").read_text() == "a\n"
+    assert os.access(tmp_path / "copied" / "run.sh", os.X_OK)
+    assert not list(staging_root.iterdir())  # the staging directory is gone
+
+
+def test_a_copy_makes_one_command_per_chunk_and_leaves_nothing(
+    tmp_path: Path, staging_root: Path
+) -> None:
+    payload = os.urandom(3 * CHUNK_BYTES + 100)  # random: gzip cannot shrink it
+    (tmp_path / "blob.bin").write_bytes(payload)
+    machine = LocalShell()
+    machine.copy_to(tmp_path / "blob.bin", str(tmp_path / "out" / "blob.bin"))
+    assert (tmp_path / "out" / "blob.bin").read_bytes() == payload
+    assert len(machine.sent) == 4
+    assert not list(staging_root.iterdir())
+
+
+def test_a_failed_copy_raises_and_removes_its_staging(tmp_path: Path, staging_root: Path) -> None:
+    (tmp_path / "blob.bin").write_bytes(os.urandom(2 * CHUNK_BYTES))
+    (tmp_path / "a-file").write_text("not a directory\n")
+    machine = LocalShell()
+    with pytest.raises(CommandFailed) as raised:
+        machine.copy_to(tmp_path / "blob.bin", str(tmp_path / "a-file" / "blob.bin"))
+    assert raised.value.result.rc != 0
+    assert not list(staging_root.iterdir())

@@ -8,8 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from vmtests.pytest_plugin import SHARED_GUEST_SECONDS
+
 HW_TEST = """
 import pytest
+
+from vmtests.pytest_plugin import SHARED_GUEST_SECONDS
 
 @pytest.mark.hw
 def test_touches_hardware():
@@ -82,19 +86,53 @@ def test_missing_profile_is_a_usage_error(tmp_path: Path, name: str) -> None:
     assert "no such profile file" in result.stdout + result.stderr
 
 
-def test_heaviest_guest_groups_are_collected_first(tmp_path: Path) -> None:
-    light = "import pytest\npytestmark = pytest.mark.guest_seconds(10)\n"
-    heavy = "import pytest\npytestmark = pytest.mark.guest_seconds(900)\n"
-    (tmp_path / "test_a_plain.py").write_text("def test_plain():\n    pass\n")
-    (tmp_path / "test_b_light.py").write_text(light + "def test_one():\n    pass\n")
-    (tmp_path / "test_c_heavy.py").write_text(
-        heavy + "def test_one():\n    pass\n\ndef test_two():\n    pass\n"
-    )
+def _collected(tmp_path: Path, modules: dict[str, str]) -> list[str]:
+    """The node IDs ``--collect-only`` lists for ``{file name: source}``, in order."""
+    for name, source in modules.items():
+        (tmp_path / name).write_text(source)
     result = _run_pytest(tmp_path, "--collect-only", "-n", "0")
     collected = [line for line in result.stdout.splitlines() if "::" in line]
+    assert collected, result.stdout + result.stderr
+    return collected
+
+
+def _weighted(seconds: float, body: str) -> str:
+    return f"import pytest\npytestmark = pytest.mark.guest_seconds({seconds})\n{body}"
+
+
+ONE_TEST = "def test_one():\n    pass\n"
+
+
+def test_heaviest_guest_groups_are_collected_first(tmp_path: Path) -> None:
+    collected = _collected(
+        tmp_path,
+        {
+            "test_a_plain.py": "def test_plain():\n    pass\n",
+            "test_b_light.py": _weighted(10, ONE_TEST),
+            "test_c_heavy.py": _weighted(900, ONE_TEST + "\ndef test_two():\n    pass\n"),
+        },
+    )
     assert collected == [
         "test_c_heavy.py::test_one",
         "test_c_heavy.py::test_two",
         "test_b_light.py::test_one",
         "test_a_plain.py::test_plain",
-    ], result.stdout + result.stderr
+    ]
+
+
+def test_the_shared_guest_group_is_weighted_between_heavy_and_light_groups(tmp_path: Path) -> None:
+    collected = _collected(
+        tmp_path,
+        {
+            "test_a_plain.py": "def test_plain():\n    pass\n",
+            "test_b_light.py": _weighted(SHARED_GUEST_SECONDS - 1, ONE_TEST),
+            "test_c_shared.py": "def test_one(shared_reference_guest):\n    pass\n",
+            "test_d_heavy.py": _weighted(SHARED_GUEST_SECONDS + 1, ONE_TEST),
+        },
+    )
+    assert collected == [
+        "test_d_heavy.py::test_one",
+        "test_c_shared.py::test_one",
+        "test_b_light.py::test_one",
+        "test_a_plain.py::test_plain",
+    ]

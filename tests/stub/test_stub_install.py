@@ -26,6 +26,14 @@ def test_staged_package_resolves_features_json(tmp_path: Path) -> None:
     assert not list(staged.rglob("__pycache__"))
 
 
+def test_staged_package_holds_what_the_nixos_stub_layer_holds(tmp_path: Path) -> None:
+    staged = stub_layer.stage_package(tmp_path)
+    assert sorted(path.name for path in staged.iterdir()) == ["__init__.py", "contracts", "stub"]
+    module = NIX_MODULE.read_text()
+    for part in ("__init__.py", "stub", "contracts"):
+        assert f"../vmtests/{part}" in module, part  # modules/tenstorrent-stub.nix copies it
+
+
 def test_tmpfiles_rules_create_a_char_device_in_the_local_major_range() -> None:
     rules = device.tmpfiles_rules()
     node_rule = next(rule for rule in rules if rule.startswith("c "))

@@ -184,7 +184,10 @@ def switch_to(
     record.kills = hostops.kills_since(machine, since)
     if record.stop is None or record.stop["ok"]:  # a failed stop check already says it
         record.failures += [f"the unit's main process was killed: {k}" for k in record.kills]
-    snapshot = take_snapshot(machine, f"switch to {config.name}", port=port, container=container)
+    # verify() reads the service, the profile and the banner digest, not the card.
+    snapshot = take_snapshot(
+        machine, f"switch to {config.name}", port=port, container=container, card=False
+    )
     record.digest = hostops.config_digest(snapshot)
     record.failures += verify(config, snapshot)
     record.seconds = time.monotonic() - began

@@ -36,7 +36,10 @@ def preflight(ctx: Context) -> GateResult:
         gate.error(f"MemAvailable is {mem:.2f} GiB, below the {options.min_mem_gib:.1f} GiB floor")
     if disk < options.min_disk_gib:
         gate.error(f"only {disk:.2f} GiB free on /, below {options.min_disk_gib:.1f} GiB")
-    snapshot = take_snapshot(machine, "preflight", port=ctx.port, container=ctx.container)
+    # tt-smi runs once, below, as hostops.tt_smi_snapshot (its JSON); not in the snapshot too.
+    snapshot = take_snapshot(
+        machine, "preflight", port=ctx.port, container=ctx.container, card=False
+    )
     smi: dict[str, object] = {}
     try:
         smi = hostops.tt_smi_snapshot(machine)

@@ -34,6 +34,10 @@ DEFAULT_COMMAND_TIMEOUT = 120.0
 DEFAULT_WAIT_TIMEOUT = 300.0
 DEFAULT_REBOOT_TIMEOUT = 300.0
 RETRY_INTERVAL = 0.5
+MAX_RETRY_INTERVAL = 2.0
+"""A poll that runs a command on the machine backs off from ``RETRY_INTERVAL`` to this: each
+try costs the machine CPU (a ``systemctl show`` about 0.2 s under TCG), taken from the boot or
+start being awaited. Polls from the host (``wait_for_http_ok`` through a forward) do not."""
 JOURNAL_TAIL_LINES = 40
 
 
@@ -345,6 +349,7 @@ class Machine(abc.ABC):
                 deadline,
                 f"{url} on {self.name} to answer 200 (asked from {host}:{host_port})",
                 lambda: self._with_unit(f"last answer: {last[0]}", unit),
+                backoff=False,
             )
 
     def _with_unit(self, seen: str, unit: str | None) -> str:
@@ -415,15 +420,25 @@ class Machine(abc.ABC):
         deadline: float,
         awaited: str,
         last_seen: Callable[[], str],
+        *,
+        backoff: bool = True,
     ) -> None:
-        """Call ``attempt`` until it returns True; past ``deadline`` raise ``WaitTimeout``."""
+        """Call ``attempt`` until it returns True; past ``deadline`` raise ``WaitTimeout``.
+
+        Tries are ``RETRY_INTERVAL`` apart, growing by half each time up to
+        ``MAX_RETRY_INTERVAL`` with ``backoff``; the last try is made at the deadline.
+        """
         start = time.monotonic()
+        interval = RETRY_INTERVAL
         while True:
             if attempt():
                 return
-            if time.monotonic() >= deadline:
-                raise WaitTimeout(awaited, time.monotonic() - start, last_seen())
-            time.sleep(RETRY_INTERVAL)
+            now = time.monotonic()
+            if now >= deadline:
+                raise WaitTimeout(awaited, now - start, last_seen())
+            time.sleep(min(interval, deadline - now))
+            if backoff:
+                interval = min(interval * 1.5, MAX_RETRY_INTERVAL)
 
 
 def _describe(results: list[CommandResult]) -> str:

@@ -30,42 +30,52 @@ def copy_to(machine: Machine, source: Path, destination: str, timeout: float) ->
     """Copy host file or directory ``source`` to path ``destination`` on ``machine``.
 
     A directory's contents are merged into ``destination`` (created if needed); a file is
-    written to ``destination`` itself.
+    written to ``destination`` itself. One command per chunk: the first also makes the staging
+    directory, the last also unpacks, places and removes it, so a copy that fits in one chunk
+    is one round trip.
     """
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=6) as archive:
         archive.add(str(source), arcname=PAYLOAD)
     data = buffer.getvalue()
+    chunks = [data[offset : offset + CHUNK_BYTES] for offset in range(0, len(data), CHUNK_BYTES)]
+    if source.is_dir():
+        place, where = f'mkdir -p %s && cp -a "$d/{PAYLOAD}/." %s/', (destination, destination)
+    else:
+        place = f'mkdir -p "$(dirname %s)" && cp -a "$d/{PAYLOAD}" %s'
+        where = (destination, destination)
+    unpack = f'tar -x -z -f "$d/x.tar.gz" -C "$d" && {place}; rc=$?; rm -rf "$d"; exit $rc'
     deadline = time.monotonic() + timeout
-    staging = machine.succeed("mktemp -d", timeout=30).strip()
+    staging = ""  # the staging directory while it outlives a command
     try:
-        tar = f"{staging}/x.tar.gz"
-        for offset in range(0, len(data), CHUNK_BYTES):
+        for index, chunk in enumerate(chunks):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise WaitTimeout(
                     f"copy of {source} to {machine.name}:{destination}",
                     timeout,
-                    f"{offset} of {len(data)} bytes sent",
+                    f"{index * CHUNK_BYTES} of {len(data)} bytes sent",
                 )
-            chunk = base64.b64encode(data[offset : offset + CHUNK_BYTES]).decode()
-            machine.succeed("printf %%s %s | base64 -d >> %s", chunk, tar, timeout=remaining)
-        payload = f"{staging}/{PAYLOAD}"
-        if source.is_dir():
-            place = "mkdir -p %s && cp -a %s/. %s/"
-            where = (destination, payload, destination)
-        else:
-            place = 'mkdir -p "$(dirname %s)" && cp -a %s %s'
-            where = (destination, payload, destination)
-        machine.succeed(
-            f"tar -x -z -f %s -C %s && {place}",
-            tar,
-            staging,
-            *where,
-            timeout=max(30.0, deadline - time.monotonic()),
-        )
+            encoded = base64.b64encode(chunk).decode()
+            if staging:
+                command = 'd=%s && printf %%s %s | base64 -d >> "$d/x.tar.gz"'
+                args = [staging, encoded]
+            else:
+                command = 'd=$(mktemp -d) && echo "$d" && printf %%s %s | base64 -d > "$d/x.tar.gz"'
+                args = [encoded]
+            last = index == len(chunks) - 1
+            if last:
+                command, args = f"{command} && {unpack}", [*args, *where]
+                remaining = max(30.0, remaining)
+            result = machine.execute(command, *args, timeout=remaining)
+            if not staging and not last:
+                staging = result.stdout_text.strip()
+            if result.rc != 0:
+                raise CommandFailed(result)
+        staging = ""  # the last command removed it
     finally:
-        machine.execute("rm -rf %s", staging, timeout=30)
+        if staging:
+            machine.execute("rm -rf %s", staging, timeout=30)
 
 
 def copy_from(machine: Machine, source: str, destination: Path, timeout: float) -> None:

@@ -2,8 +2,10 @@
 
 ``install_stub_device_layer(machine)`` leaves the machine with:
 
-- the ``vmtests`` package under ``/opt/vmtests/vmtests`` (``features.json`` copied as a real file,
-  not a symlink), so ``PYTHONPATH=/opt/vmtests python3 -m vmtests.stub.server`` runs;
+- the stub's part of the ``vmtests`` package (``stub_image.PACKAGE_PARTS``: what
+  ``modules/tenstorrent-stub.nix`` and the stub image carry too) under ``/opt/vmtests/vmtests``
+  (``features.json`` copied as a real file, not a symlink), so
+  ``PYTHONPATH=/opt/vmtests python3 -m vmtests.stub.server`` runs;
 - ``/usr/local/bin/tt-smi`` (the stub tt-smi) and ``/usr/local/bin/vmtests-stub-server``;
 - ``/etc/tmpfiles.d/tenstorrent-stub.conf`` creating ``/dev/tenstorrent/0`` (char device, mode
   0666, major ``device.STUB_MAJOR``) and the stub driver version file, applied now and by
@@ -22,6 +24,7 @@ from pathlib import Path
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
 from vmtests.guest import toolpath
+from vmtests.guest.stub_image import PACKAGE_PARTS, PACKAGE_ROOT
 from vmtests.stub import device, knobs
 
 GUEST_PYTHONPATH = "/opt/vmtests"
@@ -29,7 +32,6 @@ GUEST_PACKAGE = f"{GUEST_PYTHONPATH}/vmtests"
 TT_SMI_PATH = toolpath.DEVICE_LAYER_PROGRAMS["tt-smi"]
 SERVER_PATH = "/usr/local/bin/vmtests-stub-server"
 TMPFILES_CONF = "/etc/tmpfiles.d/tenstorrent-stub.conf"
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 
 def wrapper_script(module: str) -> str:
@@ -50,52 +52,60 @@ def tmpfiles_conf() -> str:
 
 
 def stage_package(target: Path) -> Path:
-    """Copy the local ``vmtests`` package to ``target/vmtests``, resolving symlinks."""
+    """Copy the stub's parts of the local ``vmtests`` package to ``target/vmtests``, resolving
+    symlinks."""
     staged = target / "vmtests"
-    # symlinks=False copies the symlink's target: features.json becomes a regular file.
-    shutil.copytree(
-        PACKAGE_ROOT,
-        staged,
-        symlinks=False,
-        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".mypy_cache"),
-    )
+    staged.mkdir(parents=True)
+    for part in PACKAGE_PARTS:
+        source = PACKAGE_ROOT / part
+        if source.is_dir():
+            # symlinks=False copies the symlink's target: features.json becomes a regular file.
+            shutil.copytree(
+                source,
+                staged / part,
+                symlinks=False,
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".mypy_cache"),
+            )
+        else:
+            shutil.copy2(source, staged / part)
     return staged
 
 
-def _stage_files(target: Path) -> dict[str, Path]:
-    files = {
+def layer_files() -> dict[str, str]:
+    """The layer's programs and tmpfiles rules: ``{path on the machine: text}``."""
+    return {
         TT_SMI_PATH: wrapper_script("vmtests.stub.tt_smi"),
         SERVER_PATH: wrapper_script("vmtests.stub.server"),
         TMPFILES_CONF: tmpfiles_conf(),
     }
-    staged: dict[str, Path] = {}
-    for index, (destination, content) in enumerate(files.items()):
-        path = target / f"file-{index}"
-        path.write_text(content, encoding="utf-8")
-        staged[destination] = path
-    return staged
 
 
 def install_stub_device_layer(machine: Machine) -> None:
     """Install the stub device layer into ``machine`` and apply it now; idempotent.
 
     Raises ``CommandFailed`` when a step fails, including the final check that the device node
-    is a character device and ``tt-smi -s`` succeeds.
+    is a character device and ``tt-smi -s`` succeeds. Few commands: under TCG each round trip
+    costs guest CPU (docs/ci-time.md).
     """
     with log.nested(f"installing the stub P150 device layer on {machine.name}"):
+        incoming = f"{GUEST_PACKAGE}.incoming"
         with tempfile.TemporaryDirectory(prefix="vmtests-stub-") as tmp:
             package = stage_package(Path(tmp))
-            files = _stage_files(Path(tmp))
-            incoming = f"{GUEST_PACKAGE}.incoming"
             machine.succeed("rm -rf %s", incoming)
             machine.copy_to(package, incoming)
-            for destination, source in files.items():
-                machine.copy_to(source, destination)
-        machine.succeed("rm -rf %s && mv %s %s", GUEST_PACKAGE, incoming, GUEST_PACKAGE)
-        machine.succeed("chmod 0755 %s && chmod 0644 %s", [TT_SMI_PATH, SERVER_PATH], TMPFILES_CONF)
+        machine.write_files(layer_files())
         # Apply the rules now (device node, driver file, knobs file); at boot
         # systemd-tmpfiles-setup(-dev).service applies them.
-        machine.succeed("systemd-tmpfiles --create %s", TMPFILES_CONF)
+        machine.succeed(
+            "rm -rf %s && mv %s %s && chmod 0755 %s && chmod 0644 %s && "
+            "systemd-tmpfiles --create %s",
+            GUEST_PACKAGE,
+            incoming,
+            GUEST_PACKAGE,
+            [TT_SMI_PATH, SERVER_PATH],
+            TMPFILES_CONF,
+            TMPFILES_CONF,
+        )
         check_stub_device_layer(machine)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.server
 import os
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -187,9 +188,18 @@ def test_http_readiness_without_a_forward_runs_curl_on_the_machine() -> None:
 
 @pytest.fixture
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """The pauses between a poll's tries, recorded instead of slept."""
+    """The pauses of the driver's polls, recorded instead of slept (other callers of
+    ``time.sleep``, such as ``subprocess``, still sleep)."""
     recorded: list[float] = []
-    monkeypatch.setattr(time, "sleep", recorded.append)  # the module the driver sleeps with
+    real_sleep = time.sleep
+
+    def sleep(seconds: float) -> None:
+        if sys._getframe(1).f_globals.get("__name__") == "vmtests.driver.machine":
+            recorded.append(seconds)
+        else:
+            real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", sleep)
     return recorded
 
 

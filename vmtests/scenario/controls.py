@@ -33,6 +33,7 @@ from vmtests.scenario.reference_switch import (
     install_units,
     render_units,
     restart_serving,
+    stage_units,
     systemd_quote,
     write_rendered,
 )
@@ -117,7 +118,7 @@ def _feature_free(switch: ReferenceSwitch) -> ServingConfig:
 
 
 def _restart(machine: Machine, config: ServingConfig) -> None:
-    """Reload (the control wrote files after the install) and restart ``config``'s unit."""
+    """Reload once (the units staged, the control's own files written) and restart."""
     machine.succeed("systemctl daemon-reload", timeout=UNIT_RESTART_TIMEOUT)
     restart_serving(machine, config)
 
@@ -142,7 +143,7 @@ def _exec_lines(machine: Machine, config: ServingConfig) -> list[str]:
 def runtime_drop_in(machine: Machine, switch: ReferenceSwitch) -> None:
     """The durable unit lacks the features; a drop-in under /run adds them (lost at reboot)."""
     config = _feature_free(switch)
-    install_units(machine, config, restart=False)
+    stage_units(machine, config)
     exec_lines = _exec_lines(machine, switch.target)
     lines = ["[Service]", "ExecStartPre=", "ExecStart=", *exec_lines, ""]
     machine.write_file(f"{RUNTIME_DROP_IN_DIR}/50-validated.conf", "\n".join(lines))
@@ -153,7 +154,7 @@ def manager_environment(machine: Machine, switch: ReferenceSwitch) -> None:
     """The unit lacks the feature variables; ``systemctl set-environment`` supplies them."""
     names = [env_name(feature) for feature in ENV_FEATURES]
     config = switch.target.without_env(*names)
-    install_units(machine, config, restart=False)
+    stage_units(machine, config)
     assignments = [f"{k}={v}" for k, v in switch.target.environment.items() if k in names]
     machine.succeed("systemctl set-environment %s", assignments)
     _restart(machine, config)
@@ -174,7 +175,7 @@ def not_reloaded(machine: Machine, switch: ReferenceSwitch) -> None:
 def lying_banner(machine: Machine, switch: ReferenceSwitch) -> None:
     """A durable drop-in prints the SDPA streaming banner; the environment lacks the switch."""
     config = switch.target.without_env(env_name("sdpaStreaming"))
-    install_units(machine, config, restart=False)
+    stage_units(machine, config)
     echo = f"ExecStartPre=/bin/echo {systemd_quote(banner_text('sdpaStreaming'))}"
     _durable_drop_in(machine, "50-banner.conf", [echo])
     _restart(machine, config)
@@ -191,7 +192,7 @@ def engine_without_prefix_caching(machine: Machine, switch: ReferenceSwitch) -> 
     engine config line) tells the truth.
     """
     config = switch.target
-    install_units(machine, config, restart=False)
+    stage_units(machine, config)
     set_stub_knobs(machine, **{knobs.MODEL_CAPABILITIES: '{"supports_prefix_caching":false}'})
     banners = [
         release.prefix_caching_line(True),
@@ -224,7 +225,7 @@ def wrapper_sources_run(machine: Machine, switch: ReferenceSwitch) -> None:
     """
     target = switch.target
     config = target
-    install_units(machine, config, restart=False)
+    stage_units(machine, config)
     docker_run = run_script_text(replace(container_of(target), cmd=()))
     script = "\n".join(["#!/bin/sh", f". {RUN_FLAGS_FILE}", f'{docker_run} \\\n  "$@"', ""])
     machine.write_file(RUN_FLAGS_FILE, f"set -- {shlex.join(target.args)}\n")
@@ -237,7 +238,7 @@ def wrapper_sources_run(machine: Machine, switch: ReferenceSwitch) -> None:
 def unrelated_manager_variable(machine: Machine, switch: ReferenceSwitch) -> None:
     """The correct configuration plus ``systemctl set-environment EDITOR=vi`` (unrelated)."""
     config = switch.target
-    install_units(machine, config, restart=False)
+    stage_units(machine, config)
     machine.succeed(f"systemctl set-environment {UNRELATED_VARIABLE}=vi")
     _restart(machine, config)
 
@@ -245,7 +246,7 @@ def unrelated_manager_variable(machine: Machine, switch: ReferenceSwitch) -> Non
 def unrelated_runtime_drop_in(machine: Machine, switch: ReferenceSwitch) -> None:
     """The correct configuration plus a /run drop-in that only sets CPUWeight= (unrelated)."""
     config = switch.target
-    install_units(machine, config, restart=False)
+    stage_units(machine, config)
     machine.write_file(f"{RUNTIME_DROP_IN_DIR}/50-weight.conf", "[Service]\nCPUWeight=50\n")
     _restart(machine, config)
 

@@ -1,0 +1,162 @@
+"""The snapshot script itself, run by the host's ``sh`` against a fake ``systemctl``.
+
+The fake answers ``show -p`` and ``show-environment`` from a table, the way systemd prints
+them (one ``NAME=value`` line per value), and logs every call, so these tests see what the
+script asks systemd and what it makes of the answers without a guest. The guest tests run the
+same script against real systemd.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vmtests.scenario.collect import parse_snapshot, snapshot_command
+from vmtests.scenario.snapshot import Snapshot
+
+UNIT = "tenstorrent-serving.service"
+HUGEPAGES = "tenstorrent-hugepages.service"
+SECRET = "hf_not_in_the_clear"
+
+FAKE_SYSTEMCTL = """#!{python}
+import json, sys
+table = json.load(open({table!r}))
+with open({calls!r}, "a") as log:
+    log.write(" ".join(sys.argv[1:]) + "\\n")
+args = sys.argv[1:]
+if args == ["show-environment"]:
+    print("LANG=C.UTF-8")
+    sys.exit(0)
+assert args[0] == "show" and args[1] == "-p" and "--value" not in args, args
+names, unit = args[2].split(","), args[3]
+for name in names:
+    values = table.get(unit, {{}}).get(name, [""])
+    for value in values if isinstance(values, list) else [values]:
+        print(f"{{name}}={{value}}")
+"""
+
+
+def _machine(tmp_path: Path) -> tuple[dict[str, dict[str, object]], Path]:
+    """Unit files, scripts and the fake systemctl's table under ``tmp_path``."""
+    fragment = tmp_path / "tenstorrent-serving.service"
+    fragment.write_text("[Service]\nExecStart=/bin/true\n")
+    drop_in = tmp_path / "50-extra.conf"
+    drop_in.write_text("[Service]\nCPUWeight=50\n")
+    flags = tmp_path / "flags.env"
+    flags.write_text("SERVE_FLAGS=--max-model-len 8192\n")
+    env_file = tmp_path / "serving.env"
+    env_file.write_text("TT_MODE=p150\n")
+    container_env = tmp_path / "container.env"
+    container_env.write_text("QWEN36_SDPA_STREAMING=1\n")
+    pre_start = tmp_path / "pre-start"
+    pre_start.write_text(f"#!/bin/sh\n. {flags}\nexit 0\n")
+    start = tmp_path / "start"
+    start.write_text("#!/bin/sh\nexec docker run --rm tenstorrent-serving\n")
+    hugepage_fragment = tmp_path / "tenstorrent-hugepages.service"
+    hugepage_fragment.write_text("[Service]\nType=oneshot\n")
+    table: dict[str, dict[str, object]] = {
+        UNIT: {
+            "ActiveState": "active",
+            "MainPID": str(os.getpid()),
+            "FragmentPath": str(fragment),
+            "DropInPaths": f"{drop_in} {tmp_path}/missing.conf",
+            "Environment": f'PYTHONPATH=/opt/vmtests "HF_TOKEN={SECRET}"',
+            "EnvironmentFiles": [f"{env_file} (ignore_errors=no)"],
+            "ExecStartPre": [f"{{ path={pre_start} ; argv[]={pre_start} ; ignore_errors=no }}"],
+            "ExecStart": [
+                f"{{ path={start} ; argv[]={start} --env-file={container_env} ; ignore_errors=no }}"
+            ],
+        },
+        HUGEPAGES: {
+            "LoadState": "loaded",
+            "UnitFileState": "enabled",
+            "FragmentPath": str(hugepage_fragment),
+            "DropInPaths": "",
+        },
+    }
+    return table, fragment
+
+
+def _run(tmp_path: Path, table: dict[str, dict[str, object]]) -> tuple[Snapshot, str, list[str]]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "table.json").write_text(json.dumps(table))
+    calls = tmp_path / "calls.log"
+    fake = bin_dir / "systemctl"
+    fake.write_text(
+        FAKE_SYSTEMCTL.format(
+            python=sys.executable, table=str(tmp_path / "table.json"), calls=str(calls)
+        )
+    )
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    done = subprocess.run(
+        ["sh", "-c", snapshot_command(UNIT, 8000, HUGEPAGES, None, card=False)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    snapshot = parse_snapshot(done.stdout, "S1", UNIT, 8000, HUGEPAGES)
+    return snapshot, done.stdout, calls.read_text().splitlines()
+
+
+@pytest.fixture
+def collected(tmp_path: Path) -> tuple[Snapshot, str, list[str], Path]:
+    table, fragment = _machine(tmp_path)
+    return (*_run(tmp_path, table), fragment)
+
+
+def test_systemd_is_asked_once_per_unit(collected: tuple[Snapshot, str, list[str], Path]) -> None:
+    _, _, calls, _ = collected
+    shows = [call for call in calls if call.startswith("show -p")]
+    assert [call.split()[-1] for call in shows] == [UNIT, HUGEPAGES]
+    assert calls.count("show-environment") == 1
+    assert len(calls) == 3
+
+
+def test_unit_properties_files_and_environment(
+    collected: tuple[Snapshot, str, list[str], Path],
+) -> None:
+    snapshot, output, _, fragment = collected
+    unit = snapshot.unit
+    assert unit.active_state == "active"
+    assert unit.main_pid == os.getpid()
+    assert "Environment" not in unit.properties  # only base64, then redacted
+    assert SECRET not in output
+    assert unit.environment["PYTHONPATH"] == "/opt/vmtests"
+    assert unit.environment["HF_TOKEN"] != SECRET
+    assert unit.files[str(fragment)] == "[Service]\nExecStart=/bin/true\n"
+    assert len(unit.files) == 2  # the fragment and the drop-in that exists
+    assert snapshot.process is not None
+    assert snapshot.process.pid == os.getpid()
+    assert snapshot.tt_smi.status is None
+    assert "without the card" in snapshot.tt_smi.error
+
+
+def test_every_file_the_unit_reads_is_collected(
+    collected: tuple[Snapshot, str, list[str], Path], tmp_path: Path
+) -> None:
+    snapshot, _, _, _ = collected
+    sources = snapshot.unit.sources
+    assert sources[str(tmp_path / "serving.env")] == "TT_MODE=p150\n"  # EnvironmentFile=
+    assert str(tmp_path / "pre-start") in sources  # an ExecStartPre script
+    assert sources[str(tmp_path / "flags.env")].startswith("SERVE_FLAGS=")  # what it sources
+    assert sources[str(tmp_path / "container.env")] == "QWEN36_SDPA_STREAMING=1\n"  # --env-file
+    start = snapshot.start_script
+    assert list(start) == [str(tmp_path / "start")]
+
+
+def test_the_hugepage_unit_comes_from_its_own_show(
+    collected: tuple[Snapshot, str, list[str], Path], tmp_path: Path
+) -> None:
+    snapshot, _, _, _ = collected
+    hugepage_unit = snapshot.hugepages.unit
+    assert hugepage_unit.prop("UnitFileState") == "enabled"
+    assert list(hugepage_unit.files) == [str(tmp_path / "tenstorrent-hugepages.service")]

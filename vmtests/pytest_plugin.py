@@ -74,8 +74,8 @@ def hardware_allowed(config: pytest.Config) -> bool:
 SHARED_GUEST_GROUP = "shared-reference-guest"
 SHARED_GUEST_SECONDS = 175.0
 """The shared guest's ``guest_seconds``: its tests live in several modules, so no module marker
-states it. About 175 s in CI on db2c1bc (docs/ci-time.md). Unweighted, the group started after
-every other guest: on 3b39464 its guest ran alone for the last 75 s of the run."""
+states it. About 175 s in CI on db2c1bc (docs/ci-time.md); unweighted, it would wait among the
+light tests."""
 
 
 # tryfirst: pytest-xdist's loadgroup reads the xdist_group markers in this same hook.
@@ -99,21 +99,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def heaviest_groups_first(items: list[pytest.Item]) -> list[pytest.Item]:
-    """``items`` with the xdist groups of the largest ``guest_seconds`` first, otherwise in
-    collection order.
+    """``items`` with the weighted xdist groups first (``guest_seconds``): those of a single
+    test, then the others, each heaviest first; the rest in collection order.
 
     pytest-xdist's ``loadgroup`` hands each idle worker the next group in this order (with
     ``--no-loadscope-reorder``, which pyproject.toml sets; its default orders by test count).
     A long group that starts last ends last: started first, the longest guests overlap the
-    rest of the run.
+    rest of the run. Single-test groups go before all others because of how xdist hands out
+    work (``xdist/scheduler/loadscope.py``, ``_reschedule``): a worker gets the next group
+    whenever two or fewer of its tests are pending, and holds its last test until it knows the
+    next one, so a group of one test always brings the next group onto its worker at once.
+    At the start both workers take two groups anyway; later, consecutive single-test groups
+    pile up on one worker while the other runs dry (on 13aedfa and 021bae3 the two scenario
+    tests and the shared guest queued behind each other, and that guest ran alone at the end).
     """
     weights: dict[str, float] = {SHARED_GUEST_GROUP: SHARED_GUEST_SECONDS}
+    sizes: dict[str, int] = {}
     for item in items:
+        group = _xdist_group(item)
+        sizes[group] = sizes.get(group, 0) + 1
         marker = item.get_closest_marker("guest_seconds")
         if marker is not None:
-            group = _xdist_group(item)
             weights[group] = max(weights.get(group, 0.0), float(marker.args[0]))
-    return sorted(items, key=lambda item: -weights.get(_xdist_group(item), 0.0))
+
+    def place(item: pytest.Item) -> tuple[bool, float]:
+        group = _xdist_group(item)
+        weight = weights.get(group, 0.0)
+        return (not (weight and sizes[group] == 1), -weight)
+
+    return sorted(items, key=place)
 
 
 def _xdist_group(item: pytest.Item) -> str:

@@ -96,11 +96,16 @@ def _collected(tmp_path: Path, modules: dict[str, str]) -> list[str]:
     return collected
 
 
-def _weighted(seconds: float, body: str) -> str:
-    return f"import pytest\npytestmark = pytest.mark.guest_seconds({seconds})\n{body}"
+def _weighted(seconds: float, body: str, group: str | None = None) -> str:
+    """A test module with ``guest_seconds`` (and an xdist group, as a VM module gets one)."""
+    marks = [f"pytest.mark.guest_seconds({seconds})"]
+    if group:
+        marks.append(f"pytest.mark.xdist_group({group!r})")
+    return f"import pytest\npytestmark = [{', '.join(marks)}]\n{body}"
 
 
 ONE_TEST = "def test_one():\n    pass\n"
+TWO_TESTS = ONE_TEST + "\ndef test_two():\n    pass\n"
 
 
 def test_heaviest_guest_groups_are_collected_first(tmp_path: Path) -> None:
@@ -108,31 +113,55 @@ def test_heaviest_guest_groups_are_collected_first(tmp_path: Path) -> None:
         tmp_path,
         {
             "test_a_plain.py": "def test_plain():\n    pass\n",
-            "test_b_light.py": _weighted(10, ONE_TEST),
-            "test_c_heavy.py": _weighted(900, ONE_TEST + "\ndef test_two():\n    pass\n"),
+            "test_b_light.py": _weighted(10, TWO_TESTS, "light"),
+            "test_c_heavy.py": _weighted(900, TWO_TESTS, "heavy"),
         },
     )
     assert collected == [
         "test_c_heavy.py::test_one",
         "test_c_heavy.py::test_two",
         "test_b_light.py::test_one",
+        "test_b_light.py::test_two",
+        "test_a_plain.py::test_plain",
+    ]
+
+
+def test_weighted_single_test_groups_go_before_all_other_groups(tmp_path: Path) -> None:
+    collected = _collected(
+        tmp_path,
+        {
+            "test_a_plain.py": "def test_plain():\n    pass\n",
+            "test_b_single.py": _weighted(10, ONE_TEST),
+            "test_c_heavy.py": _weighted(900, TWO_TESTS, "heavy"),
+            "test_d_single.py": _weighted(20, ONE_TEST),
+        },
+    )
+    assert collected == [
+        "test_d_single.py::test_one",
+        "test_b_single.py::test_one",
+        "test_c_heavy.py::test_one",
+        "test_c_heavy.py::test_two",
         "test_a_plain.py::test_plain",
     ]
 
 
 def test_the_shared_guest_group_is_weighted_between_heavy_and_light_groups(tmp_path: Path) -> None:
+    shared = "def test_one(shared_reference_guest):\n    pass\n\n"
     collected = _collected(
         tmp_path,
         {
             "test_a_plain.py": "def test_plain():\n    pass\n",
-            "test_b_light.py": _weighted(SHARED_GUEST_SECONDS - 1, ONE_TEST),
-            "test_c_shared.py": "def test_one(shared_reference_guest):\n    pass\n",
-            "test_d_heavy.py": _weighted(SHARED_GUEST_SECONDS + 1, ONE_TEST),
+            "test_b_light.py": _weighted(SHARED_GUEST_SECONDS - 1, TWO_TESTS, "light"),
+            "test_c_shared.py": shared + "def test_two(shared_reference_guest):\n    pass\n",
+            "test_d_heavy.py": _weighted(SHARED_GUEST_SECONDS + 1, TWO_TESTS, "heavy"),
         },
     )
     assert collected == [
         "test_d_heavy.py::test_one",
+        "test_d_heavy.py::test_two",
         "test_c_shared.py::test_one",
+        "test_c_shared.py::test_two",
         "test_b_light.py::test_one",
+        "test_b_light.py::test_two",
         "test_a_plain.py::test_plain",
     ]

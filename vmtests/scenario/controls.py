@@ -78,8 +78,8 @@ class Control:
     false_alarm: bool = False
     # What the mechanism starts from: "running" (it changes a running target: masks,
     # disables), "installed" (the target's units, stopped) or "clean" (it installs and starts
-    # what it needs itself). Each restart or daemon-reload the reset saves costs seconds to
-    # most of a minute under TCG.
+    # what it needs itself, and its first step reloads systemd: the reset does not). Each
+    # restart or daemon-reload the reset saves costs seconds to most of a minute under TCG.
     starts_from: Literal["clean", "installed", "running"] = "clean"
 
 
@@ -447,6 +447,9 @@ def reset_to_target(
     (``installed``, the unit stopped) and start it (``running``), or neither (``clean``).
 
     A container left behind is stopped gracefully and removed once stopped, never ``rm -f``.
+    The files it removes are left to the next ``daemon-reload``, the install's (each reload
+    costs seconds under TCG); after ``clean`` the control's own mechanism reloads first (it
+    installs units, or reloads itself as ``transient_unit`` does).
     """
     names = " ".join(env_name(feature) for feature in ENV_FEATURES)
     timeout = switch.target.stop_timeout
@@ -460,14 +463,12 @@ def reset_to_target(
         f"rm -f {HAND_PID_FILE}; fi; "
         f"rm -rf {RUNTIME_DROP_IN_DIR} {DURABLE_DROP_IN_DIR} /run/systemd/system/{SERVING_UNIT} "
         f"/run/systemd/transient/{SERVING_UNIT}; "
-        # --no-reload: the daemon-reload below is the only one (each costs seconds under TCG).
         f"systemctl unmask --no-reload {HUGEPAGES_UNIT} 2>&1; "
         f"rm -f {VENDOR_UNIT_DIR}/{HUGEPAGES_UNIT}; "
         f"systemctl unset-environment {names} {UNRELATED_VARIABLE}; "
         # Only the controls' own files: the unit's image load stamp lives in the same directory
         # (modules/tenstorrent-serving.nix, loadImage) and survives until reboot, as in use.
-        f"rm -f {RUN_ENV_FILE} {RUN_FLAGS_FILE} {WRAPPER}; "
-        "systemctl daemon-reload; true",
+        f"rm -f {RUN_ENV_FILE} {RUN_FLAGS_FILE} {WRAPPER}; true",
         timeout=UNIT_RESTART_TIMEOUT,
     )
     set_stub_knobs(machine)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vmtests.guest import stub_layer
+from vmtests.guest import stub_image, stub_layer
 from vmtests.nixcore import REPO_ROOT
 from vmtests.stub import device, knobs
 
@@ -16,7 +16,7 @@ NIX_MODULE = REPO_ROOT / "modules" / "tenstorrent-stub.nix"
 
 
 def test_staged_package_resolves_features_json(tmp_path: Path) -> None:
-    staged = stub_layer.stage_package(tmp_path)
+    staged = stub_image.copy_package(tmp_path)
     copied = staged / "contracts" / "features.json"
     assert (REPO_ROOT / "vmtests" / "contracts" / "features.json").is_symlink()
     assert copied.is_file()
@@ -27,7 +27,7 @@ def test_staged_package_resolves_features_json(tmp_path: Path) -> None:
 
 
 def test_staged_package_holds_what_the_nixos_stub_layer_holds(tmp_path: Path) -> None:
-    staged = stub_layer.stage_package(tmp_path)
+    staged = stub_image.copy_package(tmp_path)
     assert sorted(path.name for path in staged.iterdir()) == ["__init__.py", "contracts", "stub"]
     module = NIX_MODULE.read_text()
     for part in ("__init__.py", "stub", "contracts"):

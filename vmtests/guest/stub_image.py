@@ -159,6 +159,17 @@ def _package_files() -> list[Path]:
     return files
 
 
+def copy_package(root: Path) -> Path:
+    """Copy the stub's package files to ``root/vmtests`` and return that directory; a link is
+    copied as the file it points to (``features.json``)."""
+    package = root / "vmtests"
+    for path in _package_files():
+        target = package / path.relative_to(PACKAGE_ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+    return package
+
+
 def input_hash() -> str:
     """Content hash of every input of the archive (the cache key)."""
     digest = hashlib.sha256()
@@ -176,7 +187,7 @@ def input_hash() -> str:
         digest.update(path.read_bytes())  # read_bytes follows the features.json link
     digest.update(_PRECOMPILE.encode())
     digest.update(repr(_TRIM).encode())
-    for function in (_build, _layer, _archive):
+    for function in (_build, copy_package, _layer, _archive):
         digest.update(inspect.getsource(function).encode())
     return digest.hexdigest()[:20]
 
@@ -265,10 +276,7 @@ def _build(directory: Path) -> str:
                 shutil.rmtree(path)
             else:
                 path.unlink()
-    for path in _package_files():
-        target = rootfs / PYTHONPATH.lstrip("/") / "vmtests" / path.relative_to(PACKAGE_ROOT)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, target)  # copies what the features.json link points to
+    copy_package(rootfs / PYTHONPATH.lstrip("/"))
     run_step(
         ["chroot", str(rootfs), PYTHON, "-c", _PRECOMPILE.format(pythonpath=PYTHONPATH)],
         "importing the stub server with the image's own Python; precompiling what it loads",

@@ -2,7 +2,7 @@
 
 ``install_stub_device_layer(machine)`` leaves the machine with:
 
-- the stub's part of the ``vmtests`` package (``stub_image.PACKAGE_PARTS``: what
+- the stub's part of the ``vmtests`` package (``stub_image.copy_package``: what
   ``modules/tenstorrent-stub.nix`` and the stub image carry too) under ``/opt/vmtests/vmtests``
   (``features.json`` copied as a real file, not a symlink), so
   ``PYTHONPATH=/opt/vmtests python3 -m vmtests.stub.server`` runs;
@@ -17,14 +17,13 @@ same layer ``modules/tenstorrent-stub.nix`` declares for NixOS VMs (same tmpfile
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from pathlib import Path
 
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
 from vmtests.guest import toolpath
-from vmtests.guest.stub_image import PACKAGE_PARTS, PACKAGE_ROOT
+from vmtests.guest.stub_image import copy_package
 from vmtests.stub import device, knobs
 
 GUEST_PYTHONPATH = "/opt/vmtests"
@@ -51,26 +50,6 @@ def tmpfiles_conf() -> str:
     return header + "\n".join(device.tmpfiles_rules()) + "\n"
 
 
-def stage_package(target: Path) -> Path:
-    """Copy the stub's parts of the local ``vmtests`` package to ``target/vmtests``, resolving
-    symlinks."""
-    staged = target / "vmtests"
-    staged.mkdir(parents=True)
-    for part in PACKAGE_PARTS:
-        source = PACKAGE_ROOT / part
-        if source.is_dir():
-            # symlinks=False copies the symlink's target: features.json becomes a regular file.
-            shutil.copytree(
-                source,
-                staged / part,
-                symlinks=False,
-                ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".mypy_cache"),
-            )
-        else:
-            shutil.copy2(source, staged / part)
-    return staged
-
-
 def layer_files() -> dict[str, str]:
     """The layer's programs and tmpfiles rules: ``{path on the machine: text}``."""
     return {
@@ -90,7 +69,7 @@ def install_stub_device_layer(machine: Machine) -> None:
     with log.nested(f"installing the stub P150 device layer on {machine.name}"):
         incoming = f"{GUEST_PACKAGE}.incoming"
         with tempfile.TemporaryDirectory(prefix="vmtests-stub-") as tmp:
-            package = stage_package(Path(tmp))
+            package = copy_package(Path(tmp))
             machine.succeed("rm -rf %s", incoming)
             machine.copy_to(package, incoming)
         machine.write_files(layer_files())

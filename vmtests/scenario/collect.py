@@ -68,9 +68,7 @@ hprops=$(systemctl show -p "$HPPROPS" "$hpunit")
 sec boot_id; cat /proc/sys/kernel/random/boot_id
 sec cmdline; cat /proc/cmdline
 sec unit  # without Environment=, which may hold secrets: it travels base64 to be redacted
-printf '%s\n' "$uprops" | while IFS= read -r line; do
-  case $line in Environment=*) ;; *) printf '%s\n' "$line" ;; esac
-done
+printf '%s\n' "$uprops" | grep -v '^Environment='
 sec unit_env; prop Environment "$uprops" | base64 -w0
 sec unit_files; files "$uprops"
 sec start_script  # a NixOS `script` unit: ExecStart runs a shell script; show it

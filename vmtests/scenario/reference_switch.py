@@ -193,6 +193,10 @@ def write_rendered(machine: Machine, rendered: RenderedUnits) -> None:
         machine.succeed("chmod 0755 %s", list(rendered.script_paths))
 
 
+ENABLE_UNITS = "systemctl enable --no-reload %s 2>&1"
+"""Enable units without the reload ``enable`` makes itself (the caller reloads once)."""
+
+
 def install_units(
     machine: Machine,
     config: ServingConfig,
@@ -206,9 +210,7 @@ def install_units(
     if not reload:
         return
     # One reload (enable would reload again): under TCG each costs seconds.
-    machine.succeed(
-        "systemctl enable --no-reload %s 2>&1 && systemctl daemon-reload", list(rendered.units)
-    )
+    machine.succeed(f"{ENABLE_UNITS} && systemctl daemon-reload", list(rendered.units))
     if restart:
         restart_serving(machine, config)
         if wait:
@@ -219,7 +221,7 @@ def stage_units(machine: Machine, config: ServingConfig) -> None:
     """Write and enable the units for ``config`` without reloading systemd: for a caller that
     writes more files and then reloads once itself (each reload costs seconds under TCG)."""
     rendered = _write_units(machine, config)
-    machine.succeed("systemctl enable --no-reload %s 2>&1", list(rendered.units))
+    machine.succeed(ENABLE_UNITS, list(rendered.units))
 
 
 def _write_units(machine: Machine, config: ServingConfig) -> RenderedUnits:

@@ -136,6 +136,10 @@ in
         # The packages in the order of their first program by name (fromJSON gives the
         # manifest as an attrset, and attrValues sorts it); attrVals keeps that order.
         path = lib.attrVals manifestAttributes cfg.resolvedToolPackages;
+        # The backdoor's shell runs the switch itself: switch-to-configuration must never
+        # restart it mid-command (nixpkgs nixos/lib/systemd-unit-options.nix, restartIfChanged;
+        # rendered as X-RestartIfChanged=false by nixos/lib/systemd-lib.nix).
+        restartIfChanged = false;
         serviceConfig = {
           ExecStart = pkgs.writeScript "vmtests-backdoor" cfg.backdoorScript;
           # The shell ends with its session, like nixpkgs' backdoor.

@@ -88,6 +88,13 @@ def test_the_backdoor_path_covers_the_tool_manifest(nixos: dict[str, Any], name:
     assert not missing, f"{name}: the backdoor's PATH lacks {missing}: {backdoor.path}"
 
 
+@pytest.mark.parametrize("name", VM_CONFIGURATIONS)
+def test_a_switch_never_restarts_the_backdoor(name: str) -> None:
+    """The backdoor's shell runs the switch: switch-to-configuration must leave it alone."""
+    settings = rendered_unit(name, "backdoor").settings
+    assert settings.get("X-RestartIfChanged") == ["false"], settings
+
+
 def test_a_path_without_the_manifest_packages_is_caught(nixos: dict[str, Any]) -> None:
     """Negative control: nixpkgs' default service PATH (systemd-lib.nix) misses the manifest."""
     described = nixos["configurations"]["vm-test-cfx-llm2"]

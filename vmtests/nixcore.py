@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vmtests.contracts.paths import cache_dir
+from vmtests.contracts.paths import cache_dir, nixpkgs_tree
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CORE_FILE = REPO_ROOT / "modules" / "serving" / "core.nix"
@@ -141,11 +141,16 @@ def evaluate_core(
 
 
 def find_nixpkgs_lib() -> Path | None:
-    """A nixpkgs ``lib`` directory: $NIXPKGS_LIB, ~/.cache/vmtests/nixpkgs-lib, <nixpkgs/lib>."""
+    """A nixpkgs ``lib`` directory: $NIXPKGS_LIB, ~/.cache/vmtests/nixpkgs-lib, the ``lib`` of
+    the NixOS eval tier's nixpkgs tree ($VMTESTS_NIXPKGS or the one scripts/setup-nixos-eval
+    extracted), <nixpkgs/lib>."""
     candidates: list[Path] = []
     if os.environ.get("NIXPKGS_LIB"):
         candidates.append(Path(os.environ["NIXPKGS_LIB"]).expanduser())
     candidates.append(cache_dir() / "nixpkgs-lib")
+    tree = nixpkgs_tree()
+    if tree is not None:
+        candidates.append(tree / "lib")
     for candidate in candidates:
         if (candidate / "default.nix").is_file():
             return candidate

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vmtests.contracts.paths import cache_dir
+from vmtests.contracts.paths import cache_dir, nixpkgs_tree
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EVAL_FILE = REPO_ROOT / "tests" / "eval" / "nixos-eval.nix"
@@ -111,14 +111,10 @@ def is_trimmed(tree: Path) -> bool:
 
 def find_tree() -> Path | None:
     """``$VMTESTS_NIXPKGS`` (must be a tree), else the set-up cache, else None."""
-    configured = os.environ.get("VMTESTS_NIXPKGS")
-    if configured:
-        tree = Path(configured).expanduser()
-        if not (tree / "nixos" / "lib" / "eval-config.nix").is_file():
-            raise NixosEvalUnavailable(f"$VMTESTS_NIXPKGS={tree} is not a nixpkgs tree")
-        return tree
-    cached = cache_dir() / "nixpkgs"
-    return cached if (cached / ".vmtests-ready").is_file() else None
+    tree = nixpkgs_tree()
+    if tree is not None and not (tree / "nixos" / "lib" / "eval-config.nix").is_file():
+        raise NixosEvalUnavailable(f"$VMTESTS_NIXPKGS={tree} is not a nixpkgs tree")
+    return tree
 
 
 def find_environment() -> Environment:

@@ -29,7 +29,9 @@ def nixpkgs_lib(nix: str) -> Path:
     if found is None:
         pytest.skip(
             "no nixpkgs lib: set $NIXPKGS_LIB, put nix-community/nixpkgs.lib at "
-            "~/.cache/vmtests/nixpkgs-lib, or provide <nixpkgs/lib> via NIX_PATH"
+            "~/.cache/vmtests/nixpkgs-lib, set up the NixOS eval tier's tree "
+            "(scripts/setup-nixos-eval <nixpkgs git snapshot>), or provide <nixpkgs/lib> "
+            "via NIX_PATH"
         )
     return found
 

@@ -17,3 +17,14 @@ def cache_dir() -> Path:
         return Path(explicit)
     xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(xdg) / "vmtests"
+
+
+def nixpkgs_tree() -> Path | None:
+    """The nixpkgs tree of the full NixOS evaluation, unchecked: ``$VMTESTS_NIXPKGS``, else the
+    tree ``scripts/setup-nixos-eval`` extracted into the cache (once it is complete), else None.
+    """
+    configured = os.environ.get("VMTESTS_NIXPKGS")
+    if configured:
+        return Path(configured).expanduser()
+    cached = cache_dir() / "nixpkgs"
+    return cached if (cached / ".vmtests-ready").is_file() else None

@@ -14,7 +14,13 @@ from scenario_support import (
 )
 
 from vmtests.profiles import load_profile
-from vmtests.scenario.checks import check_consistency, check_profile, check_service, profile_rows
+from vmtests.scenario.checks import (
+    check_consistency,
+    check_evidence,
+    check_profile,
+    check_service,
+    profile_rows,
+)
 from vmtests.scenario.scenario import evaluate_stage
 from vmtests.scenario.snapshot import JournalLine, Snapshot
 
@@ -227,3 +233,14 @@ def test_service_checks_fail_on_inactive_unit_and_dead_endpoints() -> None:
     assert "is failed" in found["service.active"]
     assert "Failed to connect" in found["service.health"]
     assert "the model list is empty" in found["service.models"]
+
+
+def test_a_section_that_could_not_be_read_fails_naming_it() -> None:
+    snapshot = good_snapshot()
+    assert [r.ok for r in check_evidence(snapshot)] == [True]
+    snapshot.errors.append("container inspect failed: sh: 1: docker: not found")
+    found = [r for r in failures(check_service(snapshot)) if r.check == "snapshot.evidence"]
+    assert len(found) == 1
+    assert "docker: not found" in found[0].message
+    # Every consumer (scenario, controls, certification) goes through check_service.
+    assert found[0] in failures(evaluate_stage(CFX, snapshot))

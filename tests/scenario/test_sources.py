@@ -189,3 +189,13 @@ def test_container_launcher_older_than_the_start_script_is_caught() -> None:
     assert "runs `docker run --name=x img --a 0`" in messages[0]
     assert "ExecStart is now `docker run --name=x img --a 1`" in messages[0]
     assert "was not restarted" in messages[0]
+
+
+def test_no_live_process_is_no_pass() -> None:
+    snapshot = good_snapshot()
+    snapshot.process = None
+    found = [
+        r for r in failures(check_sources(snapshot, GIB_KIB)) if r.check == "source.not-restarted"
+    ]
+    assert len(found) == 1
+    assert "no live process" in found[0].message

@@ -273,15 +273,35 @@ def check_consistency(snapshot: Snapshot) -> list[CheckResult]:
     return results
 
 
+def check_evidence(snapshot: Snapshot) -> list[CheckResult]:
+    """Every part of the snapshot was read: a section that could not be collected (a tool
+    missing from the PATH, a script that failed, a container that could not be inspected) is a
+    failure that names it, never a check that passes for want of evidence."""
+    stage = snapshot.label
+    if not snapshot.errors:
+        return [passed(stage, "snapshot.evidence", "snapshot", "every section was read")]
+    return [
+        failed(
+            stage,
+            "snapshot.evidence",
+            "snapshot",
+            f"the live state could not be read completely: {error}",
+        )
+        for error in snapshot.errors
+    ]
+
+
 def check_service(snapshot: Snapshot) -> list[CheckResult]:
-    """The unit is active with a main process, /health answers 200, /v1/models lists a model."""
+    """The snapshot is complete (``check_evidence``), the unit is active with a main process,
+    /health answers 200, /v1/models lists a model."""
     stage, unit = snapshot.label, snapshot.unit
     results = [
+        *check_evidence(snapshot),
         passed(stage, "service.active", unit.name, "active")
         if unit.active_state == "active"
         else failed(
             stage, "service.active", unit.name, f"{unit.name} is {unit.active_state or 'unknown'}"
-        )
+        ),
     ]
     health = snapshot.health
     results.append(

@@ -194,6 +194,11 @@ def take_snapshot(
     snapshot = parse_snapshot(result.stdout_text, label, unit, port, hugepages_unit)
     if result.rc != 0:
         snapshot.errors.append(f"snapshot script exited {result.rc}: {result.stderr_text[-500:]}")
+    if container is not None and snapshot.container is None:
+        snapshot.errors.append(
+            f"container {container} was not inspected (no usable inspect output): the serving "
+            "process seen is its launcher, not the container"
+        )
     snapshot.seconds = time.monotonic() - start
     return snapshot
 

@@ -197,7 +197,18 @@ def check_restarted_after_change(snapshot: Snapshot) -> list[CheckResult]:
                 "old unit, and the next boot will run the new file",
             )
         )
-    if process is not None and process.origin == "main-pid":
+    container = snapshot.process if snapshot.container is not None else None
+    if process is None and container is None:
+        results.append(
+            failed(
+                stage,
+                "source.not-restarted",
+                unit.name,
+                f"no live process of {unit.name} was found (MainPID "
+                f"{unit.prop('MainPID') or 'unknown'}): nothing to compare with the unit",
+            )
+        )
+    elif process is not None and process.origin == "main-pid":
         declared = declared_command(snapshot)
         live = " ".join(process.argv)
         # A wrapper script (a file the unit reads) execs the server with other words.
@@ -229,7 +240,6 @@ def check_restarted_after_change(snapshot: Snapshot) -> list[CheckResult]:
                     "not restarted",
                 )
             )
-    container = snapshot.process if snapshot.container is not None else None
     if container is not None and container.origin == "container":
         # The container itself (docker inspect), beside its launcher: the start script's
         # image arguments and -e assignments must be what it runs with.

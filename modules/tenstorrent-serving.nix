@@ -139,6 +139,9 @@ in
         "Name clients use (`--served-model-name`); null leaves vLLM's default.";
     host = option "host" types.str "Address vLLM listens on (`--host`; the container uses host networking).";
     port = option "port" types.port "Port vLLM listens on (`--port`).";
+    openFirewall =
+      option "openFirewall" types.bool
+        "Open `port` in the NixOS firewall (`networking.firewall.allowedTCPPorts`), which is on by default and drops every client that is not on the host itself.";
     devices =
       option "devices" (types.listOf types.str)
         "Tenstorrent device nodes passed to the container with `--device`.";
@@ -211,6 +214,10 @@ in
     }) core.failedAssertions;
     warnings = core.warnings;
 
+    # nixos/modules/services/networking/firewall.nix: the firewall is on by default, and
+    # `--network=host` gives the container no INPUT rule of its own.
+    networking.firewall.allowedTCPPorts = lib.mkIf cfg.openFirewall [ cfg.port ];
+
     virtualisation.oci-containers.backend = lib.mkDefault "docker";
     virtualisation.oci-containers.containers.${name} = {
       inherit (cfg) image imageFile;
@@ -268,8 +275,17 @@ in
           echo "$pool is missing: this CPU/kernel offers no ${hugepages.size} pages" >&2
           exit 1
         fi
-        echo ${toString hugepages.count} > "$pool/nr_hugepages"
-        got=$(cat "$pool/nr_hugepages")
+        # At boot the first write gets the pages. At a switch memory is fragmented, and a
+        # 1 GiB page needs a free, aligned region: free the page cache and compact memory
+        # (kernel Documentation/admin-guide/sysctl/vm.rst) before each further try.
+        for try in 1 2 3; do
+          echo ${toString hugepages.count} > "$pool/nr_hugepages"
+          got=$(cat "$pool/nr_hugepages")
+          if [ "$got" -eq ${toString hugepages.count} ] || [ "$try" -eq 3 ]; then break; fi
+          sync
+          echo 3 > /proc/sys/vm/drop_caches
+          if [ -e /proc/sys/vm/compact_memory ]; then echo 1 > /proc/sys/vm/compact_memory; fi
+        done
         if [ "$got" -ne ${toString hugepages.count} ]; then
           echo "reserved $got of ${toString hugepages.count} ${hugepages.size} hugepages" >&2
           exit 1

@@ -23,6 +23,9 @@
 
   services.tenstorrent-serving = import servingProfile // {
     enable = true;
+    # Clients reach vLLM over the network (`--host 0.0.0.0`); the NixOS firewall, on by default,
+    # would drop them, and the VM tests' port forwarded from the host as well.
+    openFirewall = true;
     extraOptions = [ "--volume=/var/lib/models:/models:ro" ];
   };
 

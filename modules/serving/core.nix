@@ -27,6 +27,7 @@ let
     servedModelName = [ "null" "string" ];
     host = [ "string" ];
     port = [ "int" ];
+    openFirewall = [ "bool" ];
     devices = [ "list" ];
     blockSize = [ "null" "int" ];
     maxModelLen = [ "null" "int" ];

@@ -13,6 +13,8 @@ in
   servedModelName = "qwen36";
   host = "0.0.0.0";
   port = 8000;
+  # The NixOS firewall is on by default (nixos/modules/services/networking/firewall.nix).
+  openFirewall = false;
   devices = [ "/dev/tenstorrent/0" ];
   # qwen36 runs with 64-token blocks on the TT plugin.
   blockSize = 64;

@@ -68,6 +68,10 @@ let
         type = strList;
         default = [ ];
       };
+      networking.firewall.allowedTCPPorts = mkOption {
+        type = types.listOf types.port;
+        default = [ ];
+      };
       virtualisation.oci-containers = {
         backend = mkOption {
           type = types.enum [
@@ -266,6 +270,7 @@ in
     hasImageFile = container.imageFile != null;
   };
   services = builtins.attrNames config.systemd.services;
+  firewallPorts = config.networking.firewall.allowedTCPPorts;
   serving =
     let
       unit = config.systemd.services.tenstorrent-serving;

@@ -160,6 +160,9 @@ let
         cpus = virtualisation.cores or null;
         diskSizeMB = virtualisation.diskSize or null;
       };
+      firewall = {
+        inherit (config.networking.firewall) enable allowedTCPPorts;
+      };
       growRoot = {
         growPartition = config.boot.growPartition;
         autoResize = config.fileSystems."/".autoResize;

@@ -8,15 +8,16 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 
+from vmtests.guest.resources import required_memory_mb
+
 # oci-containers.nix's docker run options that take no value, and the image position: the
 # container's own argv (the vLLM command line) is everything after the image.
 VM_TARGETS = {"vm-test-cfx-llm2": "cfx-llm2", "vm-test-resident": "resident"}
 VM_CONFIGURATIONS = ("vm-test-base", *VM_TARGETS)
 ALL_CONFIGURATIONS = ("cfx-llm2", *VM_CONFIGURATIONS)
-HUGEPAGE_MB = {"1G": 1024, "2M": 2}
-HUGEPAGE_SHARE = 4
-"""The hugepages may take at most a quarter of a guest's memory: the reference guest reserved
-2 x 1 GiB reliably only with 8192 MB (hosts/vm-test/common.nix asserts the same rule)."""
+HUGEPAGE_KIB = {"1G": 1024 * 1024, "2M": 2048}
+"""Page sizes in KiB; whether pages fit is ``vmtests.guest.resources``' rule, which
+hosts/vm-test/common.nix asserts with the same contract numbers."""
 
 
 def missing_tools(path: Sequence[str], tool_packages: Mapping[str, str]) -> list[str]:
@@ -54,8 +55,8 @@ def graceful_before_removal(text: str, name: str, stop_timeout: int) -> bool:
 
 
 def hugepages_fit(memory_mb: int, count: int, size: str) -> bool:
-    """Whether ``count`` pages of ``size`` fit the guest's memory by the HUGEPAGE_SHARE rule."""
-    return count * HUGEPAGE_MB[size] * HUGEPAGE_SHARE <= memory_mb
+    """Whether ``count`` pages of ``size`` fit the guest's memory by the contract's rule."""
+    return required_memory_mb(count, HUGEPAGE_KIB[size]) <= memory_mb
 
 
 def container_argv(docker_run: Sequence[str], image: str) -> list[str]:
@@ -83,3 +84,18 @@ def switch_commands(script: str) -> dict[str, list[str]]:
             (command,) = shlex.split(match.group(2))
             found[match.group(1)] = shlex.split(command)
     return found
+
+
+def firewall_problems(described: Mapping[str, object]) -> list[str]:
+    """Why clients outside the machine (the VM tests' forwarded port among them) could not reach
+    the serving port through the NixOS firewall (nixos/modules/services/networking/firewall.nix:
+    on by default, dropping what no allowed port or trusted interface admits)."""
+    serving = described.get("serving")
+    firewall = described.get("firewall")
+    if not isinstance(serving, Mapping) or not isinstance(firewall, Mapping):
+        return []
+    port = serving.get("port")
+    allowed = list(firewall.get("allowedTCPPorts") or [])
+    if firewall.get("enable") and port not in allowed:
+        return [f"the firewall is on and admits TCP ports {allowed}, not the serving port {port}"]
+    return []

@@ -64,7 +64,7 @@ def _hugepages_from_units(result: dict[str, Any]) -> dict[str, Any] | None:
     if unit is None:
         return None
     pool = re.search(r"hugepages-(\d+)kB", unit["script"])
-    count = re.search(r"^echo (\d+) > \"\$pool/nr_hugepages\"$", unit["script"], re.M)
+    count = re.search(r"^\s*echo (\d+) > \"\$pool/nr_hugepages\"$", unit["script"], re.M)
     assert pool, f"no hugepage pool path in the oneshot script:\n{unit['script']}"
     assert count, f"no nr_hugepages write in the oneshot script:\n{unit['script']}"
     return {"count": int(count.group(1)), "sizeKiB": int(pool.group(1))}
@@ -167,3 +167,9 @@ def test_the_option_table_documents_every_option(nixpkgs_lib: Path) -> None:
     table = (REPO_ROOT / "README.md").read_text()
     missing = [name for name in names if f"`{name}" not in table]
     assert not missing, f"README.md lacks the options {missing}"
+
+
+def test_open_firewall_opens_exactly_the_serving_port(nixpkgs_lib: Path) -> None:
+    assert evaluate_module(nixpkgs_lib, "{ }")["firewallPorts"] == []
+    opened = evaluate_module(nixpkgs_lib, "{ openFirewall = true; port = 8123; }")
+    assert opened["firewallPorts"] == [8123]

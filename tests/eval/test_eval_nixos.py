@@ -15,6 +15,7 @@ from nixos_support import (
     VM_TARGETS,
     container_argv,
     container_environment,
+    firewall_problems,
     forced_removals,
     graceful_before_removal,
     hugepages_fit,
@@ -116,6 +117,22 @@ def test_the_kernel_gets_the_contract_console_level(nixos: dict[str, Any], name:
     assert not missing, f"{name}: kernel parameters lack {missing}: {params}"
     # kernel.nix adds loglevel=<consoleLogLevel>; no other loglevel may override it.
     assert [p for p in params if p.startswith("loglevel=")] == [f"loglevel={CONSOLE_LOG_LEVEL}"]
+
+
+@pytest.mark.parametrize("name", ALL_CONFIGURATIONS)
+def test_the_serving_port_is_open_in_the_firewall(nixos: dict[str, Any], name: str) -> None:
+    """The driver asks /health through the forwarded port, from outside the VM (slirp), as a
+    production client does: the firewall NixOS turns on by default must admit it."""
+    described = nixos["configurations"][name]
+    assert described["firewall"]["enable"]  # NixOS' default: the check below is not idle
+    assert firewall_problems(described) == []
+
+
+def test_a_closed_serving_port_is_caught() -> None:
+    closed = {"serving": {"port": 8000}, "firewall": {"enable": True, "allowedTCPPorts": [22]}}
+    (problem,) = firewall_problems(closed)
+    assert "not the serving port 8000" in problem
+    assert firewall_problems({**closed, "firewall": {"enable": False}}) == []
 
 
 @pytest.mark.parametrize("name", VM_CONFIGURATIONS)

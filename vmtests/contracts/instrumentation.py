@@ -102,5 +102,11 @@ GUEST_MEMORY_MB: int = int(_DATA["resources"]["memoryMB"])
 GUEST_CPUS: int = int(_DATA["resources"]["cpus"])
 """vCPUs of every test guest."""
 
+HUGEPAGE_LOW_MEMORY_MB: int = int(_DATA["resources"]["hugepageLowMemoryMB"])
+"""Guest RAM below 4 GiB, which never yields an aligned 1 GiB page (QEMU ``pc`` machine)."""
+
+HUGEPAGE_HEADROOM_MB: int = int(_DATA["resources"]["hugepageHeadroomMB"])
+"""Memory a guest needs besides its hugepages (``vmtests.guest.resources``)."""
+
 GUEST_TOOLS: dict[str, str] = dict(_DATA["tools"])
 """Every program the suite runs inside a guest, mapped to the nixpkgs attribute providing it."""

@@ -57,7 +57,6 @@ UNITS_ENV = "VMTESTS_UNITS"
 ``renderer``: ``vmtests.scenario.serving_unit``'s, from the Nix core's output; ``auto``
 (default): ``nixos`` where an evaluation can run, else ``renderer``. The switch's description
 (in every report) says which ran and why."""
-RESERVE_TRIES = 3
 UNIT_RESTART_TIMEOUT = 360.0
 """A restart of the container unit: a graceful stop, ``docker load`` of the image file and the
 start. Measured under TCG on a loaded two-core host: 15 to 100 s; a restart over 120 s seen."""
@@ -161,23 +160,18 @@ def render_serving_unit(config: ServingConfig) -> str:
 
 
 def _reserve_now(hugepages: Mapping[str, object]) -> str:
-    """Start the hugepage unit now unless it already holds the pages; retry when short.
+    """Start the hugepage unit now unless it already holds the pages.
 
     Like switch-to-configuration, an unchanged, active hugepage unit is left alone (restarting
-    it would restart the serving unit too, which requires it). At boot the unit runs before
-    anything fragments memory; at switch time a 1 GiB page needs a free, aligned 1 GiB region,
-    so drop the page cache and compact memory before each try (measured: one page short in
-    some runs without this). The unit itself fails when fewer pages than asked are reserved;
-    after the last try that failure stands.
+    it would restart the serving unit too, which requires it). The unit's own script retries a
+    short reservation after freeing the page cache and compacting memory, as it does on NixOS,
+    and fails when fewer pages than asked are reserved.
     """
-    free = "sync; echo 3 > /proc/sys/vm/drop_caches; echo 1 > /proc/sys/vm/compact_memory"
-    tries = " ".join(str(n) for n in range(1, RESERVE_TRIES + 1))
     mount = shlex.quote(mount_unit_name(hugepage_mount(hugepages)))
     pool = hugepages_path(int(str(hugepages["sizeKiB"])))
     return (
         f'if ! systemctl is-active -q {HUGEPAGES_UNIT} || [ "$(cat {pool})" -lt '
-        f"{int(str(hugepages['count']))} ]; then "
-        f"for try in {tries}; do {free}; systemctl restart {HUGEPAGES_UNIT} && break; done; fi; "
+        f"{int(str(hugepages['count']))} ]; then systemctl restart {HUGEPAGES_UNIT}; fi; "
         f"systemctl is-active {HUGEPAGES_UNIT} && systemctl start {mount}"
     )
 

@@ -332,8 +332,17 @@ def hugepage_script_text(hugepages: Mapping[str, object]) -> str:
         f'  echo "$pool is missing: this CPU/kernel offers no {size} pages" >&2\n'
         "  exit 1\n"
         "fi\n"
-        f'echo {count} > "$pool/nr_hugepages"\n'
-        'got=$(cat "$pool/nr_hugepages")\n'
+        "# At boot the first write gets the pages. At a switch memory is fragmented, and a\n"
+        "# 1 GiB page needs a free, aligned region: free the page cache and compact memory\n"
+        "# (kernel Documentation/admin-guide/sysctl/vm.rst) before each further try.\n"
+        "for try in 1 2 3; do\n"
+        f'  echo {count} > "$pool/nr_hugepages"\n'
+        '  got=$(cat "$pool/nr_hugepages")\n'
+        f'  if [ "$got" -eq {count} ] || [ "$try" -eq 3 ]; then break; fi\n'
+        "  sync\n"
+        "  echo 3 > /proc/sys/vm/drop_caches\n"
+        "  if [ -e /proc/sys/vm/compact_memory ]; then echo 1 > /proc/sys/vm/compact_memory; fi\n"
+        "done\n"
         f'if [ "$got" -ne {count} ]; then\n'
         f'  echo "reserved $got of {count} {size} hugepages" >&2\n'
         "  exit 1\n"

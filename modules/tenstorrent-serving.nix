@@ -281,12 +281,13 @@ in
         for try in 1 2 3; do
           echo ${toString hugepages.count} > "$pool/nr_hugepages"
           got=$(cat "$pool/nr_hugepages")
-          if [ "$got" -eq ${toString hugepages.count} ] || [ "$try" -eq 3 ]; then break; fi
+          if [ "''${got:-0}" -eq ${toString hugepages.count} ] || [ "$try" -eq 3 ]; then break; fi
           sync
-          echo 3 > /proc/sys/vm/drop_caches
-          if [ -e /proc/sys/vm/compact_memory ]; then echo 1 > /proc/sys/vm/compact_memory; fi
+          # Only an aid: a read-only /proc/sys must not end the tries (the check below decides).
+          echo 3 > /proc/sys/vm/drop_caches || true
+          if [ -e /proc/sys/vm/compact_memory ]; then echo 1 > /proc/sys/vm/compact_memory || true; fi
         done
-        if [ "$got" -ne ${toString hugepages.count} ]; then
+        if [ "''${got:-0}" -ne ${toString hugepages.count} ]; then
           echo "reserved $got of ${toString hugepages.count} ${hugepages.size} hugepages" >&2
           exit 1
         fi

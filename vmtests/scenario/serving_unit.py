@@ -338,12 +338,14 @@ def hugepage_script_text(hugepages: Mapping[str, object]) -> str:
         "for try in 1 2 3; do\n"
         f'  echo {count} > "$pool/nr_hugepages"\n'
         '  got=$(cat "$pool/nr_hugepages")\n'
-        f'  if [ "$got" -eq {count} ] || [ "$try" -eq 3 ]; then break; fi\n'
+        f'  if [ "${{got:-0}}" -eq {count} ] || [ "$try" -eq 3 ]; then break; fi\n'
         "  sync\n"
-        "  echo 3 > /proc/sys/vm/drop_caches\n"
-        "  if [ -e /proc/sys/vm/compact_memory ]; then echo 1 > /proc/sys/vm/compact_memory; fi\n"
+        "  # Only an aid: a read-only /proc/sys must not end the tries (the check below decides).\n"
+        "  echo 3 > /proc/sys/vm/drop_caches || true\n"
+        "  if [ -e /proc/sys/vm/compact_memory ]; then"
+        " echo 1 > /proc/sys/vm/compact_memory || true; fi\n"
         "done\n"
-        f'if [ "$got" -ne {count} ]; then\n'
+        f'if [ "${{got:-0}}" -ne {count} ]; then\n'
         f'  echo "reserved $got of {count} {size} hugepages" >&2\n'
         "  exit 1\n"
         "fi\n"

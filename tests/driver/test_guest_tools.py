@@ -18,7 +18,7 @@ from vmtests.contracts.instrumentation import GUEST_MEMORY_MB, GUEST_TOOLS
 from vmtests.driver.errors import CommandFailed
 from vmtests.driver.machine import CommandResult
 from vmtests.driver.shell import REBOOT_COMMAND
-from vmtests.guest import toolpath
+from vmtests.guest import firewall, toolpath
 from vmtests.guest.image import write_guest_description
 from vmtests.guest.resources import check_hugepages_fit, required_memory_mb
 from vmtests.profiles import available_profiles, load_profile
@@ -163,3 +163,17 @@ def test_guest_description_names_the_contract_fields_with_their_values(tmp_path:
     tools = description["tools"]
     assert isinstance(tools, dict)
     assert tools["programs"] == sorted(data["tools"])
+
+
+def test_the_firewall_rules_admit_exactly_the_configured_ports() -> None:
+    rules = firewall.ruleset([8000, 22, 8000])
+    assert "policy drop;" in rules
+    assert "tcp dport { 22, 8000 } accept" in rules
+    assert rules.startswith(f"table {firewall.TABLE} {{}}\ndelete table {firewall.TABLE}\n")
+    assert "tcp dport" not in firewall.ruleset([])  # nothing admitted but lo and replies
+    assert firewall.ruleset(None) == f"table {firewall.TABLE} {{}}\ndelete table {firewall.TABLE}\n"
+    files = firewall.firewall_files([22])
+    assert files[firewall.RULES_FILE] == firewall.ruleset([22])
+    assert f"ExecStart={firewall.NFT} -f {firewall.RULES_FILE}" in next(
+        text for path, text in files.items() if path.endswith(firewall.FIREWALL_UNIT)
+    )

@@ -8,6 +8,7 @@ import pytest
 from vm_support import REFERENCE_TARGET, reference_machine
 
 from vmtests.contracts.serving import SERVING_CONTAINER
+from vmtests.guest.firewall import FIREWALL_UNIT
 from vmtests.profiles import load_profile
 from vmtests.report import write_scenario_report
 from vmtests.scenario.reference_switch import ReferenceSwitch
@@ -34,6 +35,11 @@ def test_scenario_passes_on_the_reference_guest(
             scenario.run()
         finally:
             write_scenario_report(scenario.result, vmtests_report_dir / profile_name, machine)
+        # The configuration's firewall came up at S2's boot, as NixOS's does, and the host's
+        # probes of the serving port went through it.
+        assert machine.execute(f"systemctl is-active {FIREWALL_UNIT}").stdout_text.strip() == (
+            "active"
+        )
     result = scenario.result
     assert result.failures == [], "\n".join(str(failure) for failure in result.failures)
     assert result.ok, result.error

@@ -68,6 +68,9 @@ JOURNAL_STORAGE: str = _DATA["journalStorage"]
 SSH_USER: str = _DATA["sshUser"]
 """The user the suite's ssh key logs in as."""
 
+SSH_PORT = 22
+"""The guest's sshd port (nixpkgs ``services.openssh.ports`` default; Debian's too)."""
+
 MASKED_GETTYS: tuple[str, ...] = tuple(_DATA["maskedGettys"])
 """Getty units that must not run: they would fight the backdoor for the consoles."""
 

@@ -20,6 +20,7 @@ from vmtests.contracts.instrumentation import (
     BACKDOOR_READY_RE,
     GUEST_CPUS,
     GUEST_MEMORY_MB,
+    SSH_PORT,
 )
 from vmtests.driver import accel as accel_choice
 from vmtests.driver import procs, qemu_launch
@@ -90,7 +91,7 @@ class QemuMachine(Machine):
         self.requested_accel = (accel or os.environ.get("VMTESTS_ACCEL") or "auto").lower()
         if self.requested_accel not in qemu_launch.ACCELS:
             raise ValueError(f"accel must be one of {qemu_launch.ACCELS}: {accel!r}")
-        self.guest_ports = sorted({22, *forward_ports})
+        self.guest_ports = sorted({SSH_PORT, *forward_ports})
         self.ssh_key = ssh_key
         self.boot_timeout = boot_timeout
         self.kvm_probe_timeout = kvm_probe_timeout or (

@@ -44,6 +44,8 @@ PACKAGES = (
     "sudo",  # the ssh backend's sudo mode is tested against the reference guest
     # The serving unit runs the stub as a container, as oci-containers does on NixOS.
     "docker.io",
+    # The configuration's firewall, which NixOS turns on by default (vmtests/guest/firewall.py).
+    "nftables",
 )
 DISK_SIZE = "4G"
 HOSTNAME = "reference"
@@ -73,6 +75,10 @@ BOOT_TIME_MASKS = (
     "getty-static.service",
     "getty@tty1.service",
     "systemd-binfmt.service",
+    # Debian's own nftables unit would load /etc/nftables.conf, whose `flush ruleset` also
+    # removes Docker's tables; the configuration's firewall is firewall.service
+    # (vmtests/guest/firewall.py), as on NixOS.
+    "nftables.service",
 )
 NIXOS_ABSENT_GENERATORS = (
     # Debian's systemd runs these at every boot and every daemon-reload (each one a process,

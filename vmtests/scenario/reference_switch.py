@@ -27,11 +27,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from vmtests import nixos_eval
-from vmtests.contracts.instrumentation import GUEST_MEMORY_MB
+from vmtests.contracts.instrumentation import GUEST_MEMORY_MB, SSH_PORT
 from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_PORT, SERVING_UNIT
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
+from vmtests.guest.firewall import FIREWALL_UNIT, firewall_files
 from vmtests.guest.resources import check_hugepages_fit
 from vmtests.guest.stub_image import ARCHIVE_NAME, DISK_SERIAL, IMAGE, StubImage, stub_image
 from vmtests.guest.stub_layer import install_stub_device_layer
@@ -78,6 +79,11 @@ class ServingConfig:
     """Extra ``docker run --env-file`` files (oci-containers ``environmentFiles``)."""
     extra_options: tuple[str, ...] = ()
     """The host's ``services.tenstorrent-serving.extraOptions`` (e.g. the model volume)."""
+    firewall_tcp_ports: tuple[int, ...] | None = (SSH_PORT, SERVING_PORT)
+    """The TCP ports the machine's firewall admits (``vmtests.guest.firewall``): the NixOS
+    evaluation's ``networking.firewall.allowedTCPPorts``, None when it turns the firewall off.
+    Without an evaluation: sshd's port (nixpkgs ``sshd.nix`` opens it) and the serving port,
+    which hosts/cfx-llm2 opens (``openFirewall``)."""
     nixos: NixosRendering | None = field(default=None, compare=False, repr=False)
     """The units the full NixOS evaluation renders for exactly this configuration, if known.
 
@@ -89,9 +95,10 @@ class ServingConfig:
         """The configuration the Nix core computed; refuses one with failed assertions."""
         if core.failed_assertions:
             raise ValueError("the Nix core failed assertions: " + "; ".join(core.failed_assertions))
-        return cls(
+        config = cls(
             tuple(core.args), dict(core.environment), core.banner, core.hugepages, core.stop_timeout
         )
+        return replace(config, firewall_tcp_ports=(SSH_PORT, config.port))
 
     @property
     def port(self) -> int:
@@ -176,13 +183,16 @@ def _reserve_now(hugepages: Mapping[str, object]) -> str:
     )
 
 
-def write_rendered(machine: Machine, rendered: RenderedUnits) -> None:
-    """Write the rendered scripts (executable, in the store directory) and unit files.
+def write_rendered(
+    machine: Machine, rendered: RenderedUnits, more: Mapping[str, str] | None = None
+) -> None:
+    """Write the rendered scripts (executable, in the store directory), unit files and the
+    files ``more`` (path -> text).
 
     One command for all of them: under TCG every round trip costs a second or more.
     """
     files = {**rendered.scripts, **{f"{UNIT_DIR}/{name}": t for name, t in rendered.units.items()}}
-    machine.write_files(files)
+    machine.write_files({**files, **(more or {})})
     if rendered.scripts:
         machine.succeed("chmod 0755 %s", list(rendered.script_paths))
 
@@ -203,8 +213,12 @@ def install_units(
     rendered = _write_units(machine, config)
     if not reload:
         return
-    # One reload (enable would reload again): under TCG each costs seconds.
-    machine.succeed(f"{ENABLE_UNITS} && systemctl daemon-reload", list(rendered.units))
+    # One reload (enable would reload again): under TCG each costs seconds. The firewall is
+    # applied at once, as switch-to-configuration reloads NixOS's changed firewall.service.
+    machine.succeed(
+        f"{ENABLE_UNITS} && systemctl daemon-reload && systemctl reload-or-restart {FIREWALL_UNIT}",
+        [*rendered.units, FIREWALL_UNIT],
+    )
     if restart:
         restart_serving(machine, config)
         if wait:
@@ -215,13 +229,14 @@ def stage_units(machine: Machine, config: ServingConfig) -> None:
     """Write and enable the units for ``config`` without reloading systemd: for a caller that
     writes more files and then reloads once itself (each reload costs seconds under TCG)."""
     rendered = _write_units(machine, config)
-    machine.succeed(ENABLE_UNITS, list(rendered.units))
+    machine.succeed(ENABLE_UNITS, [*rendered.units, FIREWALL_UNIT])
 
 
 def _write_units(machine: Machine, config: ServingConfig) -> RenderedUnits:
-    """Write ``config``'s rendered units; without hugepages, remove the hugepage units."""
+    """Write ``config``'s rendered units and its firewall; without hugepages, remove the
+    hugepage units."""
     rendered = render_units(config)
-    write_rendered(machine, rendered)
+    write_rendered(machine, rendered, firewall_files(config.firewall_tcp_ports))
     if not config.hugepages:
         names = [HUGEPAGES_UNIT, *(mount_unit_name(f"/dev/hugepages-{s}") for s in ("1G", "2M"))]
         files = [f"{UNIT_DIR}/{name}" for name in names]
@@ -297,7 +312,12 @@ def rendered_by_nixos(config: ServingConfig, serving_profile: str) -> ServingCon
     configuration = nixos_units.configuration_for(serving_profile)
     with log.nested(f"reading the units of {configuration} from the NixOS evaluation"):
         description = nixos_eval.describe(configuration)
-        config = replace(config, extra_options=tuple(description["serving"]["extraOptions"]))
+        firewall = description["firewall"]
+        config = replace(
+            config,
+            extra_options=tuple(description["serving"]["extraOptions"]),
+            firewall_tcp_ports=tuple(firewall["allowedTCPPorts"]) if firewall["enable"] else None,
+        )
         units = nixos_units.rendered_units(configuration, config.image_file)
     mismatch = nixos_units.differences(imitate_units(config), units)
     if mismatch:

@@ -275,17 +275,20 @@ in
           echo "$pool is missing: this CPU/kernel offers no ${hugepages.size} pages" >&2
           exit 1
         fi
-        # At boot the first write gets the pages. At a switch memory is fragmented, and a
-        # 1 GiB page needs a free, aligned region: free the page cache and compact memory
-        # (kernel Documentation/admin-guide/sysctl/vm.rst) before each further try.
-        for try in 1 2 3; do
+        # A 1 GiB page needs a free, aligned region, which a running system's memory seldom
+        # has: while pages are missing, free the page cache and compact memory (kernel
+        # Documentation/admin-guide/sysctl/vm.rst) before each of three tries. At boot little is
+        # cached yet; a pool that already holds the pages is left as it is.
+        for _ in 1 2 3; do
+          if [ "$(cat "$pool/nr_hugepages")" -lt ${toString hugepages.count} ]; then
+            sync
+            # Only an aid: a read-only /proc/sys must not end the tries (the check decides).
+            echo 3 > /proc/sys/vm/drop_caches || true
+            if [ -e /proc/sys/vm/compact_memory ]; then echo 1 > /proc/sys/vm/compact_memory || true; fi
+          fi
           echo ${toString hugepages.count} > "$pool/nr_hugepages"
           got=$(cat "$pool/nr_hugepages")
-          if [ "''${got:-0}" -eq ${toString hugepages.count} ] || [ "$try" -eq 3 ]; then break; fi
-          sync
-          # Only an aid: a read-only /proc/sys must not end the tries (the check below decides).
-          echo 3 > /proc/sys/vm/drop_caches || true
-          if [ -e /proc/sys/vm/compact_memory ]; then echo 1 > /proc/sys/vm/compact_memory || true; fi
+          if [ "''${got:-0}" -eq ${toString hugepages.count} ]; then break; fi
         done
         if [ "''${got:-0}" -ne ${toString hugepages.count} ]; then
           echo "reserved $got of ${toString hugepages.count} ${hugepages.size} hugepages" >&2

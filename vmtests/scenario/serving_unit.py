@@ -332,18 +332,21 @@ def hugepage_script_text(hugepages: Mapping[str, object]) -> str:
         f'  echo "$pool is missing: this CPU/kernel offers no {size} pages" >&2\n'
         "  exit 1\n"
         "fi\n"
-        "# At boot the first write gets the pages. At a switch memory is fragmented, and a\n"
-        "# 1 GiB page needs a free, aligned region: free the page cache and compact memory\n"
-        "# (kernel Documentation/admin-guide/sysctl/vm.rst) before each further try.\n"
-        "for try in 1 2 3; do\n"
+        "# A 1 GiB page needs a free, aligned region, which a running system's memory seldom\n"
+        "# has: while pages are missing, free the page cache and compact memory (kernel\n"
+        "# Documentation/admin-guide/sysctl/vm.rst) before each of three tries. At boot little is\n"
+        "# cached yet; a pool that already holds the pages is left as it is.\n"
+        "for _ in 1 2 3; do\n"
+        f'  if [ "$(cat "$pool/nr_hugepages")" -lt {count} ]; then\n'
+        "    sync\n"
+        "    # Only an aid: a read-only /proc/sys must not end the tries (the check decides).\n"
+        "    echo 3 > /proc/sys/vm/drop_caches || true\n"
+        "    if [ -e /proc/sys/vm/compact_memory ]; then"
+        " echo 1 > /proc/sys/vm/compact_memory || true; fi\n"
+        "  fi\n"
         f'  echo {count} > "$pool/nr_hugepages"\n'
         '  got=$(cat "$pool/nr_hugepages")\n'
-        f'  if [ "${{got:-0}}" -eq {count} ] || [ "$try" -eq 3 ]; then break; fi\n'
-        "  sync\n"
-        "  # Only an aid: a read-only /proc/sys must not end the tries (the check below decides).\n"
-        "  echo 3 > /proc/sys/vm/drop_caches || true\n"
-        "  if [ -e /proc/sys/vm/compact_memory ]; then"
-        " echo 1 > /proc/sys/vm/compact_memory || true; fi\n"
+        f'  if [ "${{got:-0}}" -eq {count} ]; then break; fi\n'
         "done\n"
         f'if [ "${{got:-0}}" -ne {count} ]; then\n'
         f'  echo "reserved $got of {count} {size} hugepages" >&2\n'

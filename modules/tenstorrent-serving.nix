@@ -278,7 +278,7 @@ in
         # A 1 GiB page needs a free, aligned region, which a running system's memory seldom
         # has: while pages are missing, free the page cache and compact memory (kernel
         # Documentation/admin-guide/sysctl/vm.rst) before each of three tries. At boot little is
-        # cached yet; a pool that already holds the pages is left as it is.
+        # cached yet; a pool that holds enough pages drops no cache (it is set to the count).
         for _ in 1 2 3; do
           if [ "$(cat "$pool/nr_hugepages")" -lt ${toString hugepages.count} ]; then
             sync
@@ -286,12 +286,15 @@ in
             echo 3 > /proc/sys/vm/drop_caches || true
             if [ -e /proc/sys/vm/compact_memory ]; then echo 1 > /proc/sys/vm/compact_memory || true; fi
           fi
-          echo ${toString hugepages.count} > "$pool/nr_hugepages"
+          if ! echo ${toString hugepages.count} > "$pool/nr_hugepages"; then
+            echo "cannot write $pool/nr_hugepages" >&2
+            exit 1
+          fi
           got=$(cat "$pool/nr_hugepages")
           if [ "''${got:-0}" -eq ${toString hugepages.count} ]; then break; fi
         done
         if [ "''${got:-0}" -ne ${toString hugepages.count} ]; then
-          echo "reserved $got of ${toString hugepages.count} ${hugepages.size} hugepages" >&2
+          echo "reserved ''${got:-0} of ${toString hugepages.count} ${hugepages.size} hugepages" >&2
           exit 1
         fi
         echo "reserved ${toString hugepages.count} x ${hugepages.size} hugepages"

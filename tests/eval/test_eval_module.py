@@ -64,7 +64,9 @@ def _hugepages_from_units(result: dict[str, Any]) -> dict[str, Any] | None:
     if unit is None:
         return None
     pool = re.search(r"hugepages-(\d+)kB", unit["script"])
-    count = re.search(r"^\s*echo (\d+) > \"\$pool/nr_hugepages\"$", unit["script"], re.M)
+    count = re.search(
+        r"^\s*(?:if ! )?echo (\d+) > \"\$pool/nr_hugepages\"(?:; then)?$", unit["script"], re.M
+    )
     assert pool, f"no hugepage pool path in the oneshot script:\n{unit['script']}"
     assert count, f"no nr_hugepages write in the oneshot script:\n{unit['script']}"
     return {"count": int(count.group(1)), "sizeKiB": int(pool.group(1))}

@@ -229,7 +229,7 @@ def test_hugepage_units_follow_the_module() -> None:
     assert "WantedBy=sysinit.target" in oneshot
     assert f'Environment="PATH={toolpath.unit_path()}"' in oneshot  # systemd-lib defaults only
     script = next(t for p, t in rendered.scripts.items() if p.endswith("hugepages-start"))
-    assert 'reserved $got of 2 1G hugepages" >&2' in script
+    assert 'reserved ${got:-0} of 2 1G hugepages" >&2' in script
     without = render_units(_config(hugepages=None))
     assert set(without.units) == {"tenstorrent-serving.service"}
     assert "--volume" not in "".join(without.scripts.values())

@@ -335,7 +335,7 @@ def hugepage_script_text(hugepages: Mapping[str, object]) -> str:
         "# A 1 GiB page needs a free, aligned region, which a running system's memory seldom\n"
         "# has: while pages are missing, free the page cache and compact memory (kernel\n"
         "# Documentation/admin-guide/sysctl/vm.rst) before each of three tries. At boot little is\n"
-        "# cached yet; a pool that already holds the pages is left as it is.\n"
+        "# cached yet; a pool that holds enough pages drops no cache (it is set to the count).\n"
         "for _ in 1 2 3; do\n"
         f'  if [ "$(cat "$pool/nr_hugepages")" -lt {count} ]; then\n'
         "    sync\n"
@@ -344,12 +344,15 @@ def hugepage_script_text(hugepages: Mapping[str, object]) -> str:
         "    if [ -e /proc/sys/vm/compact_memory ]; then"
         " echo 1 > /proc/sys/vm/compact_memory || true; fi\n"
         "  fi\n"
-        f'  echo {count} > "$pool/nr_hugepages"\n'
+        f'  if ! echo {count} > "$pool/nr_hugepages"; then\n'
+        '    echo "cannot write $pool/nr_hugepages" >&2\n'
+        "    exit 1\n"
+        "  fi\n"
         '  got=$(cat "$pool/nr_hugepages")\n'
         f'  if [ "${{got:-0}}" -eq {count} ]; then break; fi\n'
         "done\n"
         f'if [ "${{got:-0}}" -ne {count} ]; then\n'
-        f'  echo "reserved $got of {count} {size} hugepages" >&2\n'
+        f'  echo "reserved ${{got:-0}} of {count} {size} hugepages" >&2\n'
         "  exit 1\n"
         "fi\n"
         f'echo "reserved {count} x {size} hugepages"\n'

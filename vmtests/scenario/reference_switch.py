@@ -170,9 +170,9 @@ def _reserve_now(hugepages: Mapping[str, object]) -> str:
     """Start the hugepage unit now unless it already holds the pages.
 
     Like switch-to-configuration, an unchanged, active hugepage unit is left alone (restarting
-    it would restart the serving unit too, which requires it). The unit's own script retries a
-    short reservation after freeing the page cache and compacting memory, as it does on NixOS,
-    and fails when fewer pages than asked are reserved.
+    it would restart the serving unit too, which requires it). The unit's own script frees the
+    page cache and compacts memory before each of its tries while pages are missing, as it does
+    on NixOS, and fails when fewer pages than asked are reserved.
     """
     mount = shlex.quote(mount_unit_name(hugepage_mount(hugepages)))
     pool = hugepages_path(int(str(hugepages["sizeKiB"])))

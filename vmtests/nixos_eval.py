@@ -113,7 +113,9 @@ def find_tree() -> Path | None:
     """``$VMTESTS_NIXPKGS`` (must be a tree), else the set-up cache, else None."""
     tree = nixpkgs_tree()
     if tree is not None and not (tree / "nixos" / "lib" / "eval-config.nix").is_file():
-        raise NixosEvalUnavailable(f"$VMTESTS_NIXPKGS={tree} is not a nixpkgs tree")
+        raise NixosEvalUnavailable(
+            f"{tree} ($VMTESTS_NIXPKGS, else the set-up cache) is not a nixpkgs tree"
+        )
     return tree
 
 

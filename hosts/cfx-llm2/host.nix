@@ -23,9 +23,8 @@
 
   services.tenstorrent-serving = import servingProfile // {
     enable = true;
-    # Clients reach vLLM over the network (`--host 0.0.0.0`); the NixOS firewall, on by default,
-    # would drop them, and the VM tests' port forwarded from the host as well.
-    openFirewall = true;
+    # The NixOS firewall (on by default) keeps port 8000 closed to other machines: vLLM runs
+    # without an API key. Set `openFirewall = true` to serve remote clients directly.
     extraOptions = [ "--volume=/var/lib/models:/models:ro" ];
   };
 

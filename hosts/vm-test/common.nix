@@ -72,6 +72,13 @@ in
   };
   boot.growPartition = true;
 
+  # The driver asks the serving port from the host through QEMU's forwarded port, which reaches
+  # the guest from outside: the NixOS firewall, on by default, would drop it (nixpkgs
+  # nixos/modules/virtualisation/qemu-vm.nix: forwarded ports must be opened in the guest's
+  # firewall; nixos/modules/services/networking/firewall.nix). Opened here, in the VM layer,
+  # so that the serving settings stay exactly production's.
+  networking.firewall.allowedTCPPorts = [ config.services.tenstorrent-serving.port ];
+
   assertions = [
     {
       assertion = requiredMB <= config.virtualisation.memorySize;

@@ -16,7 +16,7 @@ from vmtests.contracts.instrumentation import SSH_PORT
 from vmtests.contracts.serving import SERVING_PORT
 from vmtests.driver.errors import WaitTimeout
 from vmtests.driver.qemu import QemuMachine
-from vmtests.guest.firewall import FIREWALL_UNIT, firewall_files
+from vmtests.guest.firewall import APPLY, FIREWALL_UNIT, firewall_files
 
 pytestmark = pytest.mark.vm
 
@@ -27,8 +27,7 @@ def _apply(guest: QemuMachine, tcp_ports: Sequence[int] | None) -> None:
     """Install the firewall for ``tcp_ports`` as the reference switch does, and apply it."""
     guest.write_files(firewall_files(tcp_ports))
     guest.succeed(
-        f"systemctl enable --no-reload {FIREWALL_UNIT} 2>&1 && systemctl daemon-reload && "
-        f"systemctl reload-or-restart {FIREWALL_UNIT}"
+        f"systemctl enable --no-reload {FIREWALL_UNIT} 2>&1 && systemctl daemon-reload && {APPLY}"
     )
 
 

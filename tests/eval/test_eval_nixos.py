@@ -119,13 +119,22 @@ def test_the_kernel_gets_the_contract_console_level(nixos: dict[str, Any], name:
     assert [p for p in params if p.startswith("loglevel=")] == [f"loglevel={CONSOLE_LOG_LEVEL}"]
 
 
-@pytest.mark.parametrize("name", ALL_CONFIGURATIONS)
+@pytest.mark.parametrize("name", VM_CONFIGURATIONS)
 def test_the_serving_port_is_open_in_the_firewall(nixos: dict[str, Any], name: str) -> None:
-    """The driver asks /health through the forwarded port, from outside the VM (slirp), as a
-    production client does: the firewall NixOS turns on by default must admit it."""
+    """The driver asks /health through the forwarded port, from outside the VM (slirp): the
+    firewall NixOS turns on by default must admit it."""
     described = nixos["configurations"][name]
     assert described["firewall"]["enable"]  # NixOS' default: the check below is not idle
     assert firewall_problems(described) == []
+
+
+def test_production_keeps_its_firewall_closed_to_the_serving_port(nixos: dict[str, Any]) -> None:
+    """vLLM runs without an API key: the production host opens nothing the owner did not ask
+    for (the module's openFirewall defaults to false)."""
+    described = nixos["configurations"]["cfx-llm2"]
+    assert described["firewall"]["enable"]
+    assert described["serving"]["openFirewall"] is False
+    assert firewall_problems(described) != []
 
 
 def test_a_closed_serving_port_is_caught() -> None:

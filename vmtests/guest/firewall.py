@@ -41,6 +41,11 @@ WantedBy=sysinit.target
 """
 
 
+APPLY = f"systemctl reload-or-restart {FIREWALL_UNIT}"
+"""Apply the written rules now (after a daemon-reload), as switch-to-configuration reloads
+NixOS's changed ``firewall.service``."""
+
+
 def ruleset(tcp_ports: Sequence[int] | None) -> str:
     """The nftables rules admitting ``tcp_ports``; ``None``: no firewall (the table removed).
 

@@ -32,7 +32,7 @@ from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_PORT, SERVING_UNIT
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
-from vmtests.guest.firewall import FIREWALL_UNIT, firewall_files
+from vmtests.guest import firewall
 from vmtests.guest.resources import check_hugepages_fit
 from vmtests.guest.stub_image import ARCHIVE_NAME, DISK_SERIAL, IMAGE, StubImage, stub_image
 from vmtests.guest.stub_layer import install_stub_device_layer
@@ -83,7 +83,7 @@ class ServingConfig:
     """The TCP ports the machine's firewall admits (``vmtests.guest.firewall``): the NixOS
     evaluation's ``networking.firewall.allowedTCPPorts``, None when it turns the firewall off.
     Without an evaluation: sshd's port (nixpkgs ``sshd.nix`` opens it) and the serving port,
-    which hosts/cfx-llm2 opens (``openFirewall``)."""
+    which hosts/vm-test/common.nix opens for the driver."""
     nixos: NixosRendering | None = field(default=None, compare=False, repr=False)
     """The units the full NixOS evaluation renders for exactly this configuration, if known.
 
@@ -214,10 +214,10 @@ def install_units(
     if not reload:
         return
     # One reload (enable would reload again): under TCG each costs seconds. The firewall is
-    # applied at once, as switch-to-configuration reloads NixOS's changed firewall.service.
+    # applied at once (firewall.APPLY).
     machine.succeed(
-        f"{ENABLE_UNITS} && systemctl daemon-reload && systemctl reload-or-restart {FIREWALL_UNIT}",
-        [*rendered.units, FIREWALL_UNIT],
+        f"{ENABLE_UNITS} && systemctl daemon-reload && {firewall.APPLY}",
+        [*rendered.units, firewall.FIREWALL_UNIT],
     )
     if restart:
         restart_serving(machine, config)
@@ -229,14 +229,14 @@ def stage_units(machine: Machine, config: ServingConfig) -> None:
     """Write and enable the units for ``config`` without reloading systemd: for a caller that
     writes more files and then reloads once itself (each reload costs seconds under TCG)."""
     rendered = _write_units(machine, config)
-    machine.succeed(ENABLE_UNITS, [*rendered.units, FIREWALL_UNIT])
+    machine.succeed(ENABLE_UNITS, [*rendered.units, firewall.FIREWALL_UNIT])
 
 
 def _write_units(machine: Machine, config: ServingConfig) -> RenderedUnits:
     """Write ``config``'s rendered units and its firewall; without hugepages, remove the
     hugepage units."""
     rendered = render_units(config)
-    write_rendered(machine, rendered, firewall_files(config.firewall_tcp_ports))
+    write_rendered(machine, rendered, firewall.firewall_files(config.firewall_tcp_ports))
     if not config.hugepages:
         names = [HUGEPAGES_UNIT, *(mount_unit_name(f"/dev/hugepages-{s}") for s in ("1G", "2M"))]
         files = [f"{UNIT_DIR}/{name}" for name in names]
@@ -312,11 +312,11 @@ def rendered_by_nixos(config: ServingConfig, serving_profile: str) -> ServingCon
     configuration = nixos_units.configuration_for(serving_profile)
     with log.nested(f"reading the units of {configuration} from the NixOS evaluation"):
         description = nixos_eval.describe(configuration)
-        firewall = description["firewall"]
+        evaluated = description["firewall"]
         config = replace(
             config,
             extra_options=tuple(description["serving"]["extraOptions"]),
-            firewall_tcp_ports=tuple(firewall["allowedTCPPorts"]) if firewall["enable"] else None,
+            firewall_tcp_ports=tuple(evaluated["allowedTCPPorts"]) if evaluated["enable"] else None,
         )
         units = nixos_units.rendered_units(configuration, config.image_file)
     mismatch = nixos_units.differences(imitate_units(config), units)

@@ -41,8 +41,15 @@ def _child(tmp_path: Path, selector: str) -> tuple[subprocess.Popen[str], Path]:
     basetemp = tmp_path / "child-basetemp"
     options = ["-q", "-p", "no:cacheprovider", "-k", selector, "-o", "addopts="]
     options.append(f"--basetemp={basetemp}")
+    # A job that a shell starts in the background inherits SIGINT ignored (POSIX), and Python
+    # then never installs its KeyboardInterrupt handler: give the child Ctrl-C's usual meaning
+    # whatever this session inherited, as a terminal's foreground job has it.
+    session = (
+        "import signal, sys, pytest; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        f"sys.exit(pytest.main({[*options, 'test_child_session.py']!r}))"
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", *options, "test_child_session.py"],
+        [sys.executable, "-c", session],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

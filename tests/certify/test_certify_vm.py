@@ -44,7 +44,7 @@ from vmtests.guest.access import ssh_to_guest
 from vmtests.profiles import load_profile
 from vmtests.stub import knobs
 
-pytestmark = [pytest.mark.vm, pytest.mark.guest_seconds(740)]
+pytestmark = [pytest.mark.vm, pytest.mark.guest_seconds(878)]
 
 
 def test_correct_configuration_certifies(guest: QemuMachine, tmp_path: Path) -> None:

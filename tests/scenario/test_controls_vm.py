@@ -1,11 +1,12 @@
-"""Negative controls on ONE reference guest, in the order ``vmtests selftest`` runs them: the
-correct configuration raises no alarm, each real persistence failure is caught, each with its
-own message; then the container path: a leftover container is stopped gracefully by the
-module's pre-start and never killed, and oci-containers' own ``docker rm -f`` pre-start is
-caught by the same check (exit code 137).
+"""The persistence scenario of the first selftest profile (cfx-llm2), then the negative controls
+on the same guest, as ``vmtests selftest`` runs them: the correct configuration raises no alarm,
+each real persistence failure is caught, each with its own message; then the container path: a
+leftover container is stopped gracefully by the module's pre-start and never killed, and
+oci-containers' own ``docker rm -f`` pre-start is caught by the same check (exit code 137).
 
-One guest rather than two halves in parallel: the run is bound by the sum of the guests' work
-on two cores, and a second guest costs a boot and a base deployment (``docs/ci-time.md``).
+One guest for all of it: the run is bound by the sum of the guests' work on two cores, and
+another guest would cost a boot and a base deployment (``docs/ci-time.md``). Each control
+resets the guest to the target first, so the scenario before them is only their starting point.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from vm_support import reference_machine
+from vm_support import assert_scenario_passed, reference_machine, run_scenario
 
-from vmtests.profiles import load_profile
+from vmtests.cli import SELFTEST_PROFILES
+from vmtests.driver.qemu import QemuMachine
 from vmtests.report import write_controls_report
 from vmtests.scenario.container_stop import CHECK, ContainerControls, run_container_controls
 from vmtests.scenario.controls import (
@@ -29,8 +31,12 @@ from vmtests.scenario.controls import (
 )
 from vmtests.scenario.reference_switch import ReferenceSwitch
 from vmtests.scenario.results import CheckResult
+from vmtests.scenario.scenario import Scenario
 
-pytestmark = [pytest.mark.vm, pytest.mark.nix, pytest.mark.guest_seconds(480)]
+pytestmark = [pytest.mark.vm, pytest.mark.nix, pytest.mark.guest_seconds(620)]
+
+PROFILE = SELFTEST_PROFILES[0]
+"""The profile whose scenario guest the controls reuse (``vmtests selftest``'s first)."""
 
 
 class ControlRun(NamedTuple):
@@ -41,32 +47,50 @@ class ControlRun(NamedTuple):
     container: ContainerControls | None
 
 
+class ScenarioGuest(NamedTuple):
+    """The guest after its scenario, the scenario, and where its report went."""
+
+    machine: QemuMachine
+    scenario: Scenario
+    report_dir: Path
+
+
 @pytest.fixture(scope="module")
-def control_run(
+def scenario_guest(
     tmp_path_factory: pytest.TempPathFactory, vmtests_report_dir: Path
-) -> Iterator[ControlRun]:
-    """Boot one guest, prepare the base, check the correct configuration, run every control and
-    then the container controls; write the report (``controls`` in the report directory) even
-    when a control fails to run, and keep the guest until the module is done."""
-    switch = ReferenceSwitch(load_profile("cfx-llm2"))
+) -> Iterator[ScenarioGuest]:
+    """A fresh guest that has run ``PROFILE``'s scenario (report in ``<PROFILE>``)."""
+    report_dir = vmtests_report_dir / PROFILE
+    with reference_machine(tmp_path_factory.mktemp("scenario"), name=f"scenario-{PROFILE}") as m:
+        yield ScenarioGuest(m, run_scenario(m, PROFILE, report_dir), report_dir)
+
+
+@pytest.fixture(scope="module")
+def control_run(scenario_guest: ScenarioGuest, vmtests_report_dir: Path) -> ControlRun:
+    """On the scenario's guest: check the correct configuration, run every control and then
+    the container controls; write the report (``controls``) even when a control fails to run."""
+    machine, switch = scenario_guest.machine, scenario_guest.scenario.switcher
+    assert isinstance(switch, ReferenceSwitch)
     outcomes: dict[str, ControlOutcome] = {}
     false_alarms: list[CheckResult] = []
     container: ContainerControls | None = None
-    with reference_machine(tmp_path_factory.mktemp("controls"), name="controls") as machine:
-        try:
-            machine.start()
-            switch.prepare_base(machine)
-            false_alarms = check_correct_configuration(machine, switch)
-            for control in CONTROLS:
-                outcomes[control.name] = run_control(machine, switch, control)
-            container = run_container_controls(machine, switch)
-        finally:
-            write_controls_report(
-                [*outcomes.values(), *([container.rm_f] if container else [])],
-                [*false_alarms, *(container.false_alarms if container else [])],
-                vmtests_report_dir / "controls",
-            )
-        yield ControlRun(false_alarms, outcomes, container)
+    try:
+        false_alarms = check_correct_configuration(machine, switch)
+        for control in CONTROLS:
+            outcomes[control.name] = run_control(machine, switch, control)
+        container = run_container_controls(machine, switch)
+    finally:
+        write_controls_report(
+            [*outcomes.values(), *([container.rm_f] if container else [])],
+            [*false_alarms, *(container.false_alarms if container else [])],
+            vmtests_report_dir / "controls",
+        )
+    return ControlRun(false_alarms, outcomes, container)
+
+
+def test_scenario_passes_on_the_reference_guest(scenario_guest: ScenarioGuest) -> None:
+    guest = scenario_guest
+    assert_scenario_passed(guest.scenario, guest.machine, guest.report_dir)
 
 
 def test_correct_configuration_raises_no_alarm(control_run: ControlRun) -> None:

@@ -2,8 +2,9 @@
 #
 # With hardware.tenstorrent-stub.enable the VM gets what the serving module needs from a P150
 # host, so services.tenstorrent-serving runs unchanged:
-# - /dev/tenstorrent/0, a character device (major 245 from the local/experimental range 240-254;
-#   no driver backs it: only stat and docker's --device use it), created at every boot;
+# - /dev/tenstorrent/0, a character device (major 120, from a char range the kernel's
+#   Documentation/admin-guide/devices.txt lists for local/experimental use, 120-127; no driver
+#   backs it: only stat and docker's --device use it), created at every boot;
 # - the stub driver version file /run/tenstorrent-stub/driver-version (stands in for
 #   /sys/module/tenstorrent/version; volatile like sysfs, rewritten at every boot);
 # - the stub tt-smi on PATH;
@@ -93,13 +94,13 @@ in
       assertions = [
         {
           assertion = !(config.hardware.tenstorrent.enable or false);
-          message = "hardware.tenstorrent-stub and hardware.tenstorrent (the real tt-kmd) exclude each other.";
+          message = "hardware.tenstorrent-stub and hardware.tenstorrent (the real tt-kmd) exclude each other: a VM host sets hardware.tenstorrent-stub.enable and must not import the production host's device layer (hosts/cfx-llm2/device.nix); a real host sets hardware.tenstorrent-stub.enable = false.";
         }
       ];
 
       systemd.tmpfiles.rules = [
         "d /dev/tenstorrent 0755 root root -"
-        "c /dev/tenstorrent/0 0666 root root - 245:0"
+        "c /dev/tenstorrent/0 0666 root root - 120:0"
         "d /run/tenstorrent-stub 0755 root root -"
         "f+ /run/tenstorrent-stub/driver-version 0444 root root - 2.10.0"
         # The stub's fault knobs reach the server in the container through this file, as
@@ -113,8 +114,10 @@ in
       ];
 
       environment.systemPackages = [ ttSmi ];
-
-      # The serving module runs unchanged; only where its image comes from differs.
+    }
+    # The serving module runs unchanged; only where its image comes from differs. Guarded, so
+    # that the stub module also evaluates without the serving module imported.
+    // lib.optionalAttrs (options ? services.tenstorrent-serving) {
       services.tenstorrent-serving = {
         image = lib.mkDefault "${stubImage.imageName}:${stubImage.imageTag}";
         imageFile = lib.mkDefault stubImage;

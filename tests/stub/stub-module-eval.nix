@@ -8,6 +8,9 @@
   lib,
   enable ? true,
   realDriver ? false,
+  # false: the serving module is not imported (its options do not exist), as when a host imports
+  # nixosModules.tenstorrent-stub alone.
+  servingModule ? true,
 }:
 let
   inherit (lib) mkOption types;
@@ -54,6 +57,8 @@ let
         type = types.attrsOf types.anything;
         default = { };
       };
+    }
+    // lib.optionalAttrs servingModule {
       services.tenstorrent-serving = {
         enable = mkOption {
           type = types.bool;
@@ -82,11 +87,11 @@ let
     ];
   };
   config = evaluated.config;
-  serving = config.services.tenstorrent-serving;
+  serving = config.services.tenstorrent-serving or null;
 in
 {
-  image = serving.image;
-  imageFile = if serving.imageFile == null then null else serving.imageFile.name;
+  image = if serving == null then null else serving.image;
+  imageFile = if serving == null || serving.imageFile == null then null else serving.imageFile.name;
   entrypoint = config.hardware.tenstorrent-stub.image.config.Entrypoint;
   imageEnv = config.hardware.tenstorrent-stub.image.config.Env;
   tmpfiles = config.systemd.tmpfiles.rules;

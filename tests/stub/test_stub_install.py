@@ -40,7 +40,7 @@ def test_tmpfiles_rules_create_a_char_device_in_the_local_major_range() -> None:
     kind, path, mode, *_, numbers = node_rule.split()
     assert (kind, path, mode) == ("c", "/dev/tenstorrent/0", "0666")
     major, minor = (int(part) for part in numbers.split(":"))
-    assert 240 <= major <= 254
+    assert 120 <= major <= 127  # char local/experimental, outside the dynamic 234-254
     assert minor == 0
     assert stub_layer.tmpfiles_conf().count("\n") == len(rules) + 1
 
@@ -105,11 +105,27 @@ def test_nix_module_wires_the_stub_image_into_the_serving_module() -> None:
 
 
 @pytest.mark.nix
+def test_nix_module_evaluates_without_the_serving_module() -> None:
+    """``nixosModules.tenstorrent-stub`` alone: the device layer, and nothing set on a serving
+    module that is not there (an undeclared option would fail the evaluation)."""
+    alone = _evaluate_stub_module(enable=True, servingModule=False)
+    assert alone["failedAssertions"] == []
+    assert alone["tmpfiles"] == device.tmpfiles_rules()
+    assert alone["image"] is None
+    assert alone["containerEnvFiles"] == []
+
+
+@pytest.mark.nix
 def test_nix_module_is_inert_when_disabled_and_refuses_the_real_driver() -> None:
     disabled = _evaluate_stub_module(enable=False)
     assert disabled["imageFile"] is None
     assert disabled["tmpfiles"] == []
     both = _evaluate_stub_module(enable=True, realDriver=True)
-    assert both["failedAssertions"] == [
-        "hardware.tenstorrent-stub and hardware.tenstorrent (the real tt-kmd) exclude each other."
-    ]
+    failed = both["failedAssertions"]
+    assert isinstance(failed, list)
+    assert len(failed) == 1, failed
+    message = str(failed[0])
+    assert message.startswith(
+        "hardware.tenstorrent-stub and hardware.tenstorrent (the real tt-kmd) exclude each other"
+    )
+    assert "hardware.tenstorrent-stub.enable = false" in message  # it says what to change

@@ -5,8 +5,10 @@ layer is installed by ``vmtests.guest.stub_layer`` (reference guest, hosts) and 
 ``modules/tenstorrent-stub.nix`` (NixOS VMs), both with the same tmpfiles rules below.
 
 A real ``/dev/tenstorrent/N`` has tt-kmd's dynamic major. The stub node uses major
-``STUB_MAJOR`` = 245, from the range Linux reserves for local/experimental use (240-254), so it
-never collides with a real driver. No driver backs it (opening it fails with ENXIO): only
+``STUB_MAJOR`` = 120, from a char range the kernel's ``Documentation/admin-guide/devices.txt``
+lists for local/experimental use (120-127), so it never collides with a real driver; the
+dynamic majors are handed out from 254 down (234-254, ``fs/char_dev.c``), where a number could
+belong to any driver loaded at boot. No driver backs it (opening it fails with ENXIO): only
 ``stat`` and docker's ``--device`` use it, and both only need a character device.
 """
 
@@ -17,7 +19,7 @@ import stat
 
 from vmtests.stub import knobs
 
-STUB_MAJOR = 245
+STUB_MAJOR = 120
 STUB_DRIVER_VERSION = "2.10.0"
 DEVICE_DIR = "/dev/tenstorrent"
 STUB_DEVICE = f"{DEVICE_DIR}/0"

@@ -31,8 +31,7 @@ from vmtests.guest.image import write_guest_description
 from vmtests.guest.targets import TargetError, machine_from_target
 from vmtests.profiles import Profile, ProfileError, available_profiles, load_profile
 from vmtests.report import write_controls_report, write_scenario_report
-from vmtests.scenario.container_stop import run_container_controls
-from vmtests.scenario.controls import ControlOutcome, check_correct_configuration, run_controls
+from vmtests.scenario.controls_run import ControlsRun, run_all_controls
 from vmtests.scenario.redact import redact_text
 from vmtests.scenario.reference_switch import ReferenceSwitch
 from vmtests.scenario.results import CheckResult
@@ -187,7 +186,7 @@ def command_selftest(args: argparse.Namespace) -> int:
     guest = write_guest_description(args.report_dir / "guest.json")
     print("Reference guest built from instrumentation contract fields: " + ", ".join(guest))
     ok = True
-    outcomes: list[ControlOutcome] = []
+    controls = ControlsRun()
     false_alarms: list[CheckResult] = []
     for index, profile in enumerate(profiles):
         switch = ReferenceSwitch(profile)
@@ -207,13 +206,15 @@ def command_selftest(args: argparse.Namespace) -> int:
             # The controls reuse the first guest: each one resets it to the target first.
             if index == 0 and not args.skip_controls:
                 try:
-                    false_alarms += check_correct_configuration(machine, switch)
-                    outcomes = run_controls(machine, switch)
-                    container = run_container_controls(machine, switch)
-                    false_alarms += container.false_alarms
-                    outcomes.append(container.rm_f)
+                    run_all_controls(machine, switch, controls)
                 finally:
-                    write_controls_report(outcomes, false_alarms, args.report_dir / "controls")
+                    write_controls_report(
+                        controls.report_outcomes,
+                        false_alarms + controls.report_false_alarms,
+                        args.report_dir / "controls",
+                    )
+    outcomes = controls.report_outcomes
+    false_alarms += controls.report_false_alarms
     if outcomes:
         print("\nNegative controls:")
         for outcome in outcomes:

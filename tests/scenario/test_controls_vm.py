@@ -21,30 +21,16 @@ from vm_support import assert_scenario_passed, reference_machine, run_scenario
 from vmtests.cli import SELFTEST_PROFILES
 from vmtests.driver.qemu import QemuMachine
 from vmtests.report import write_controls_report
-from vmtests.scenario.container_stop import CHECK, ContainerControls, run_container_controls
-from vmtests.scenario.controls import (
-    CONTROLS,
-    Control,
-    ControlOutcome,
-    check_correct_configuration,
-    run_control,
-)
+from vmtests.scenario.container_stop import CHECK
+from vmtests.scenario.controls import CONTROLS, Control
+from vmtests.scenario.controls_run import ControlsRun, run_all_controls
 from vmtests.scenario.reference_switch import ReferenceSwitch
-from vmtests.scenario.results import CheckResult
 from vmtests.scenario.scenario import Scenario
 
 pytestmark = [pytest.mark.vm, pytest.mark.nix, pytest.mark.guest_seconds(620)]
 
 PROFILE = SELFTEST_PROFILES[0]
 """The profile whose scenario guest the controls reuse (``vmtests selftest``'s first)."""
-
-
-class ControlRun(NamedTuple):
-    """What the guest showed: false alarms, the controls' outcomes, the container path."""
-
-    false_alarms: list[CheckResult]
-    outcomes: dict[str, ControlOutcome]
-    container: ContainerControls | None
 
 
 class ScenarioGuest(NamedTuple):
@@ -66,26 +52,18 @@ def scenario_guest(
 
 
 @pytest.fixture(scope="module")
-def control_run(scenario_guest: ScenarioGuest, vmtests_report_dir: Path) -> ControlRun:
-    """On the scenario's guest: check the correct configuration, run every control and then
-    the container controls; write the report (``controls``) even when a control fails to run."""
-    machine, switch = scenario_guest.machine, scenario_guest.scenario.switcher
+def control_run(scenario_guest: ScenarioGuest, vmtests_report_dir: Path) -> ControlsRun:
+    """On the scenario's guest: every control (``run_all_controls``); the report (``controls``)
+    is written even when a control fails to run."""
+    switch = scenario_guest.scenario.switcher
     assert isinstance(switch, ReferenceSwitch)
-    outcomes: dict[str, ControlOutcome] = {}
-    false_alarms: list[CheckResult] = []
-    container: ContainerControls | None = None
+    run = ControlsRun()
     try:
-        false_alarms = check_correct_configuration(machine, switch)
-        for control in CONTROLS:
-            outcomes[control.name] = run_control(machine, switch, control)
-        container = run_container_controls(machine, switch)
+        return run_all_controls(scenario_guest.machine, switch, run)
     finally:
         write_controls_report(
-            [*outcomes.values(), *([container.rm_f] if container else [])],
-            [*false_alarms, *(container.false_alarms if container else [])],
-            vmtests_report_dir / "controls",
+            run.report_outcomes, run.report_false_alarms, vmtests_report_dir / "controls"
         )
-    return ControlRun(false_alarms, outcomes, container)
 
 
 def test_scenario_passes_on_the_reference_guest(scenario_guest: ScenarioGuest) -> None:
@@ -93,12 +71,12 @@ def test_scenario_passes_on_the_reference_guest(scenario_guest: ScenarioGuest) -
     assert_scenario_passed(guest.scenario, guest.machine, guest.report_dir)
 
 
-def test_correct_configuration_raises_no_alarm(control_run: ControlRun) -> None:
+def test_correct_configuration_raises_no_alarm(control_run: ControlsRun) -> None:
     assert control_run.false_alarms == [], "\n".join(map(str, control_run.false_alarms))
 
 
 @pytest.mark.parametrize("control", CONTROLS, ids=[control.name for control in CONTROLS])
-def test_negative_control_is_detected(control: Control, control_run: ControlRun) -> None:
+def test_negative_control_is_detected(control: Control, control_run: ControlsRun) -> None:
     outcome = control_run.outcomes[control.name]
     seen = "\n".join(str(failure) for failure in outcome.failures) or "(no failure at all)"
     assert outcome.detected, (
@@ -107,7 +85,7 @@ def test_negative_control_is_detected(control: Control, control_run: ControlRun)
     )
 
 
-def test_each_control_has_its_own_message(control_run: ControlRun) -> None:
+def test_each_control_has_its_own_message(control_run: ControlsRun) -> None:
     """No other control's pattern explains a control's message, so no two share one."""
     assert set(control_run.outcomes) == {control.name for control in CONTROLS}
     negative = [control for control in CONTROLS if not control.false_alarm]
@@ -117,7 +95,7 @@ def test_each_control_has_its_own_message(control_run: ControlRun) -> None:
         assert others == [], f"{control.name}'s message also matches {others}: {message}"
 
 
-def test_leftover_container_is_stopped_gracefully(control_run: ControlRun) -> None:
+def test_leftover_container_is_stopped_gracefully(control_run: ControlsRun) -> None:
     assert control_run.container is not None
     results = control_run.container.graceful
     assert [r.check for r in results] == [CHECK, CHECK]
@@ -126,7 +104,7 @@ def test_leftover_container_is_stopped_gracefully(control_run: ControlRun) -> No
     assert "15" in results[0].message  # SIGTERM
 
 
-def test_oci_containers_rm_f_pre_start_is_caught(control_run: ControlRun) -> None:
+def test_oci_containers_rm_f_pre_start_is_caught(control_run: ControlsRun) -> None:
     assert control_run.container is not None
     outcome = control_run.container.rm_f
     assert outcome.detected, "\n".join(map(str, outcome.failures)) or outcome.message

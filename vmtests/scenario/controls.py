@@ -541,10 +541,3 @@ def check_correct_configuration(machine: Machine, switch: ReferenceSwitch) -> li
     with log.nested(f"correct configuration of {switch.profile.name}: expecting no alarm"):
         reset_to_target(machine, switch)
         return [r for r in evaluate_machine(machine, switch, "S1") if r.failed]
-
-
-def run_controls(
-    machine: Machine, switch: ReferenceSwitch, controls: tuple[Control, ...] = CONTROLS
-) -> list[ControlOutcome]:
-    """Run ``controls`` one after the other on one guest (already prepared by the switch)."""
-    return [run_control(machine, switch, control) for control in controls]

@@ -1,0 +1,50 @@
+"""Every negative control on one prepared guest, in the order ``vmtests selftest`` and CI run
+them: the correct configuration's check, each of ``CONTROLS``, then the container controls.
+
+``run_all_controls`` fills a ``ControlsRun`` as it goes, so that a caller that writes the report
+in a ``finally`` has everything that ran before a failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from vmtests.driver.machine import Machine
+from vmtests.scenario.container_stop import ContainerControls, run_container_controls
+from vmtests.scenario.controls import (
+    CONTROLS,
+    ControlOutcome,
+    check_correct_configuration,
+    run_control,
+)
+from vmtests.scenario.reference_switch import ReferenceSwitch
+from vmtests.scenario.results import CheckResult
+
+
+@dataclass
+class ControlsRun:
+    """What one guest showed: the correct configuration's false alarms, each control's outcome
+    (by name, in the order run) and the container path (``None`` until it ran)."""
+
+    false_alarms: list[CheckResult] = field(default_factory=list)
+    outcomes: dict[str, ControlOutcome] = field(default_factory=dict)
+    container: ContainerControls | None = None
+
+    @property
+    def report_outcomes(self) -> list[ControlOutcome]:
+        """The outcomes for the controls report: every control, then the ``rm -f`` control."""
+        return [*self.outcomes.values(), *([self.container.rm_f] if self.container else [])]
+
+    @property
+    def report_false_alarms(self) -> list[CheckResult]:
+        """The false alarms for the controls report, the container path's included."""
+        return [*self.false_alarms, *(self.container.false_alarms if self.container else [])]
+
+
+def run_all_controls(machine: Machine, switch: ReferenceSwitch, run: ControlsRun) -> ControlsRun:
+    """Run every control on ``machine`` (prepared by ``switch``) into ``run``; return it."""
+    run.false_alarms = check_correct_configuration(machine, switch)
+    for control in CONTROLS:
+        run.outcomes[control.name] = run_control(machine, switch, control)
+    run.container = run_container_controls(machine, switch)
+    return run

@@ -109,19 +109,39 @@
             --container tenstorrent-serving \
             --report-dir "''${1:-$PWD/vmtests-report-${profile}}"
         '';
-      persistenceCheck =
+      # The reports of one profile's main job, kept in the store whether it passes or fails:
+      # with `succeedOnFailure` a failing run still produces its output and
+      # `$out/nix-support/failed` holds the exit status (nixpkgs pkgs/stdenv/generic/setup.sh,
+      # exitHandler; Hydra shows such a build as failed with output). The check below fails
+      # on it, so `nix flake check` stays red, while the reports stay where CI can collect
+      # them (scripts/flake-check-reports).
+      persistenceReport =
         profile: target:
-        pkgs.runCommand "vmtests-persistence-${profile}"
+        pkgs.runCommand "vmtests-persistence-report-${profile}"
           {
             requiredSystemFeatures = [
               "kvm"
               "nixos-test"
             ];
+            succeedOnFailure = true;
           }
           ''
             export HOME=$TMPDIR
             ${persistence profile target} $out
           '';
+      persistenceCheck =
+        profile: target:
+        let
+          report = persistenceReport profile target;
+        in
+        pkgs.runCommand "vmtests-persistence-${profile}" { passthru.report = report; } ''
+          if [ -e ${report}/nix-support/failed ]; then
+            cat ${report}/summary.md >&2 || true
+            echo "persistence-${profile} failed (exit status $(cat ${report}/nix-support/failed)); its reports: ${report}" >&2
+            exit 1
+          fi
+          ln -s ${report} $out
+        '';
 
       # Evaluating a toplevel's drvPath runs every module assertion without building anything.
       evaluates =

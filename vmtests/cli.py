@@ -1,10 +1,11 @@
-"""The ``vmtests`` command: ``run``, ``selftest``, ``certify`` and ``bench``.
+"""The ``vmtests`` command: ``run``, ``selftest``, ``certify``, ``bench`` and ``cache-key``.
 
 ``vmtests run --profile P --target T`` runs the persistence scenario on one machine and writes
 reports; ``vmtests selftest`` runs it on fresh reference guests for the shipped production
 profiles, then the negative controls; ``vmtests certify`` is the hardware certification run
 (``vmtests.certify.command``, its own exit statuses); ``vmtests bench`` hands over to
-``vmtests.bench``.
+``vmtests.bench``; ``vmtests cache-key`` prints the digests and directories of the image cache
+(``vmtests.guest.cache_key``) without building, for CI caches.
 
 Exit status: 0 when every check passed, 1 when a check failed or a control went undetected,
 2 for bad arguments or a missing profile, 3 when the run itself broke (a driver error), 130 on
@@ -27,7 +28,8 @@ from vmtests.contracts.serving import SERVING_CONTAINER
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
-from vmtests.guest.image import write_guest_description
+from vmtests.guest.cache_key import cached_builds, output_lines
+from vmtests.guest.image import install_ssh_key, write_guest_description
 from vmtests.guest.targets import TargetError, machine_from_target
 from vmtests.profiles import Profile, ProfileError, available_profiles, load_profile
 from vmtests.report import write_controls_report, write_scenario_report
@@ -88,6 +90,16 @@ def build_parser() -> argparse.ArgumentParser:
     selftest.add_argument("--skip-controls", action="store_true", help="scenario only")
     commands.add_parser("bench", help="driver benchmarks (vmtests.bench)", add_help=False)
     add_certify_parser(commands)
+    cache_key = commands.add_parser(
+        "cache-key",
+        help="print the digests and directories of the image cache (CI cache keys); builds nothing",
+    )
+    cache_key.add_argument(
+        "--ssh-key-stdin",
+        action="store_true",
+        help="first make the private key on standard input the suite's ssh key (its public key "
+        "is an input of the guest image); empty input keeps the key there is",
+    )
     return parser
 
 
@@ -229,6 +241,23 @@ def command_selftest(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_FAILED
 
 
+def command_cache_key(args: argparse.Namespace) -> int:
+    """``vmtests cache-key``: ``name=value`` lines for every content-addressed build."""
+    if args.ssh_key_stdin:
+        private_key = sys.stdin.read()
+        if private_key.strip():
+            install_ssh_key(private_key)
+        else:
+            print(
+                "vmtests cache-key: no ssh key on standard input: the guest image's digest "
+                "follows the suite's own key, which a fresh machine generates anew",
+                file=sys.stderr,
+            )
+    for line in output_lines(cached_builds()):
+        print(line)
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``vmtests`` console script."""
     arguments = list(sys.argv[1:] if argv is None else argv)
@@ -243,6 +272,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return command_run(args)
         if args.command == "certify":
             return command_certify(args)
+        if args.command == "cache-key":
+            return command_cache_key(args)
         return command_selftest(args)
     except (UsageError, TargetError) as error:
         print(f"vmtests {args.command}: error: {error}", file=sys.stderr)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vmtests.certify import hostops, report
+from vmtests.certify import command, hostops, report
 from vmtests.certify.context import Options
 from vmtests.certify.gates import bound_numbers, failure_kind
 from vmtests.certify.gates_perf import counter_total
@@ -21,6 +21,7 @@ from vmtests.certify.model import (
 )
 from vmtests.certify.plan import build_plan, render_plan
 from vmtests.cli import main
+from vmtests.guest.targets import TargetError
 
 
 @pytest.mark.parametrize(
@@ -132,6 +133,26 @@ def test_cli_plan_changes_nothing_and_ssh_needs_opt_in(capsys: pytest.CaptureFix
     assert main(["certify", "--profile", "cfx-llm2", "--only", "nope", "--plan"]) == 2
     assert main(["certify", "--profile", "cfx-llm2", "--ab", "resident", "--plan",
                  "--target", "ssh://root@192.0.2.1", "--hw-opt-in"]) == 2  # fmt: skip
+
+
+def test_the_ssh_key_and_known_hosts_reach_the_ssh_machine(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The manual certification workflow passes the key and known_hosts from its secrets."""
+    seen: list[dict[str, object]] = []
+
+    def machine_from_target(target: str, state_dir: Path, **options: object) -> None:
+        seen.append(options)
+        raise TargetError("stop here")
+
+    monkeypatch.setattr(command, "machine_from_target", machine_from_target)
+    ssh = ["--target", "ssh://root@192.0.2.1", "--hw-opt-in"]
+    keys = ["--identity-file", "/run/id", "--known-hosts", "/run/known_hosts"]
+    assert main(["certify", "--profile", "cfx-llm2", *ssh, *keys]) == 2
+    assert main(["certify", "--profile", "cfx-llm2", *ssh]) == 2
+    assert seen == [{"identity_file": Path("/run/id"), "known_hosts": Path("/run/known_hosts")}, {}]
+    assert main(["certify", "--profile", "cfx-llm2", "--plan", *keys]) == 2
+    assert "apply to ssh:// targets only" in capsys.readouterr().out
 
 
 def test_html_page_with_plots_when_matplotlib_is_installed(tmp_path: Path) -> None:

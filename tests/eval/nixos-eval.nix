@@ -234,6 +234,13 @@ in
 }
 // lib.optionalAttrs outputs {
   checks = lib.mapAttrs (_: drvPath) flake.checks.${system};
+  # The persistence checks' reports, which stay in the store when their run fails.
+  persistenceReports = lib.mapAttrs (_: check: {
+    drv = drvPath check.report;
+    succeedOnFailure = check.report.succeedOnFailure or false;
+    features = check.report.requiredSystemFeatures or [ ];
+    checkFeatures = check.requiredSystemFeatures or [ ];
+  }) (lib.filterAttrs (_: check: check ? report) flake.checks.${system});
   # The scripts of the persistence jobs (their switch commands).
   persistenceScripts = lib.mapAttrs (_: script: script.text) (
     lib.filterAttrs (name: _: lib.hasPrefix "persistence-" name) flake.packages.${system}

@@ -74,6 +74,20 @@ def test_every_check_app_and_package_instantiates(nixos: dict[str, Any]) -> None
     assert nixos["devShells"]["default"].endswith(".drv")
 
 
+def test_a_failed_persistence_run_keeps_its_reports_and_fails_its_check(
+    nixos: dict[str, Any],
+) -> None:
+    """The reports CI uploads (scripts/flake-check-reports) are built apart from the check."""
+    reports = nixos["persistenceReports"]
+    assert set(reports) == {f"persistence-{profile}" for profile in VM_TARGETS.values()}
+    for name, described in reports.items():
+        profile = name.removeprefix("persistence-")
+        assert described["drv"].endswith(f"-vmtests-persistence-report-{profile}.drv"), described
+        assert described["succeedOnFailure"] is True, name
+        assert {"kvm", "nixos-test"} <= set(described["features"]), name
+        assert described["checkFeatures"] == [], name  # the check only reads the report
+
+
 def test_the_formatter_is_nixfmt_not_its_deprecated_alias(nixos: dict[str, Any]) -> None:
     assert nixos["formatter"].endswith("-nixfmt.drv"), nixos["formatter"]
     deprecated = [warning for warning in nixos["warnings"] if "nixfmt-rfc-style" in warning]

@@ -65,6 +65,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--port", type=int, default=SERVING_PORT, help="serving port on the host")
     parser.add_argument("--hw-opt-in", action="store_true", help="required for ssh:// targets")
+    parser.add_argument(
+        "--identity-file", type=Path, help="ssh targets: the private key to log in with"
+    )
+    parser.add_argument(
+        "--known-hosts",
+        type=Path,
+        help="ssh targets: the known_hosts file that pins the host's key (checked strictly)",
+    )
 
 
 def _profile(name: str) -> Profile:
@@ -84,6 +92,17 @@ def _options(args: argparse.Namespace) -> Options:
     return Options(
         requests=args.requests, ab_blocks=args.ab_blocks, min_mem_gib=args.min_mem_gib, only=only
     )
+
+
+def _machine_options(args: argparse.Namespace) -> dict[str, object]:
+    """Options of the machine the target names: the contract's memory for the reference guest,
+    the key and known hosts for an ssh target."""
+    ssh = {"identity_file": args.identity_file, "known_hosts": args.known_hosts}
+    given = {name: value for name, value in ssh.items() if value is not None}
+    if given and not args.target.startswith("ssh://"):
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise CertifyUsageError(f"{flags} apply to ssh:// targets only, not {args.target}")
+    return {"memory_mb": GUEST_MEMORY_MB} if args.target == REFERENCE_TARGET else given
 
 
 def _installer(args: argparse.Namespace) -> Installer | None:
@@ -107,6 +126,7 @@ def command_certify(args: argparse.Namespace) -> int:
         profile, ab_profile = _profile(args.profile), _profile(args.ab) if args.ab else None
         options = _options(args)
         installer = _installer(args)
+        machine_options = _machine_options(args)
     except CertifyUsageError as error:
         print(f"vmtests certify: error: {error}")
         return EXIT_USAGE
@@ -120,7 +140,7 @@ def command_certify(args: argparse.Namespace) -> int:
         print(f"vmtests certify --plan: {args.target}, nothing will be changed\n")
         print(render_plan(steps))
         return EXIT_CERTIFIED
-    return _run(args, profile, ab_profile, options, installer)
+    return _run(args, profile, ab_profile, options, installer, machine_options=machine_options)
 
 
 def _run(
@@ -129,12 +149,13 @@ def _run(
     ab_profile: Profile | None,
     options: Options,
     installer: Installer | None,
+    *,
+    machine_options: dict[str, object],
 ) -> int:
     reference = args.target == REFERENCE_TARGET
-    extra = {"memory_mb": GUEST_MEMORY_MB} if reference else {}
     with tempfile.TemporaryDirectory(prefix="vmtests-certify-") as state:
         try:
-            machine = machine_from_target(args.target, Path(state), **extra)
+            machine = machine_from_target(args.target, Path(state), **machine_options)
         except TargetError as error:
             print(f"vmtests certify: error: {error}")
             return EXIT_USAGE

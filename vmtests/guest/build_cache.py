@@ -2,7 +2,8 @@
 
 Each build lives in ``<cache>/<kind>/<digest>/`` with a ``manifest.json`` written last, so a
 directory with a manifest is complete. Builds of one digest are serialised with a file lock
-(parallel test workers), and only the newest few builds of a kind are kept.
+(parallel test workers), and only the newest few builds of a kind are kept. These directories
+are the content-addressed part of the cache (``vmtests cache-key`` names them for CI caches).
 """
 
 from __future__ import annotations
@@ -25,6 +26,13 @@ BUILD_TIMEOUT = 1800.0
 """Seconds one build step may take (mmdebstrap of the guest with docker.io takes minutes)."""
 KEEP_BUILDS = 3
 """Builds kept per kind: each input change adds one."""
+MANIFEST = "manifest.json"
+"""Written last into a build's directory: a directory that has it is complete."""
+
+
+def is_complete(build: Path) -> bool:
+    """Whether the build directory ``build`` is complete (has its manifest)."""
+    return (build / MANIFEST).exists()
 
 
 @contextmanager
@@ -56,8 +64,8 @@ def prune(builds: Path, keep: int = KEEP_BUILDS) -> None:
     Guests already running from a pruned build keep working: QEMU holds the files open.
     """
     built = sorted(
-        (path for path in builds.iterdir() if (path / "manifest.json").exists()),
-        key=lambda path: (path / "manifest.json").stat().st_mtime,
+        (path for path in builds.iterdir() if is_complete(path)),
+        key=lambda path: (path / MANIFEST).stat().st_mtime,
         reverse=True,
     )
     for stale in built[keep:]:
@@ -75,10 +83,9 @@ def cached_build(
     ``DriverError``.
     """
     final = builds / digest
-    manifest = final / "manifest.json"
-    if not manifest.exists():
+    if not is_complete(final):
         with file_lock(builds / f".lock-{digest}"):
-            if not manifest.exists():  # another process may have built it while we waited
+            if not is_complete(final):  # another process may have built it while we waited
                 with log.nested(f"building {what} ({digest})"):
                     tmp = builds / f"tmp-{digest}-{os.getpid()}"
                     shutil.rmtree(tmp, ignore_errors=True)
@@ -87,12 +94,12 @@ def cached_build(
                     try:
                         built = build(tmp)
                         built.update(hash=digest, build_seconds=time.monotonic() - start)
-                        (tmp / "manifest.json").write_text(json.dumps(built, indent=2))
+                        (tmp / MANIFEST).write_text(json.dumps(built, indent=2))
                         os.replace(tmp, final)
                     except (OSError, subprocess.SubprocessError) as error:
                         raise DriverError(f"building {what} failed: {error}") from error
                     finally:
                         shutil.rmtree(tmp, ignore_errors=True)
                     prune(builds)
-    data: dict[str, Any] = json.loads(manifest.read_text())
+    data: dict[str, Any] = json.loads((final / MANIFEST).read_text())
     return final, data

@@ -110,23 +110,84 @@ def mirror() -> str:
     return os.environ.get("VMTESTS_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 
 
+def suite_ssh_key_path() -> Path:
+    """Where the suite's private ssh key lives (its public key beside it, ``.pub``)."""
+    return cache_dir() / "ssh" / "id_ed25519"
+
+
+def image_builds() -> Path:
+    """The directory of the reference guest's builds, one per input hash."""
+    return cache_dir() / "images"
+
+
 def suite_ssh_key() -> Path:
-    """The suite's ed25519 key (generated once, then reused); authorised for root in guests."""
-    key = cache_dir() / "ssh" / "id_ed25519"
+    """The suite's ed25519 key (generated once, then reused); authorised for root in guests.
+
+    Its public key is an input of the image (``input_hash``): a CI runner that starts empty
+    keeps its image cache only if it is given the same key every run (``install_ssh_key``).
+    """
+    key = suite_ssh_key_path()
     with file_lock(key.parent / ".lock"):
         if not key.exists():
             require_tools("ssh-keygen")
-            tmp = key.with_name(f"tmp-{os.getpid()}")
-            for stale in (tmp, Path(f"{tmp}.pub")):
-                stale.unlink(missing_ok=True)
+            tmp = _fresh_tmp(key)
             subprocess.run(
                 ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "vmtests", "-f", str(tmp)],
                 check=True,
                 capture_output=True,
             )
-            os.replace(f"{tmp}.pub", f"{key}.pub")
-            os.replace(tmp, key)
+            _move_into_place(tmp, key)
     return key
+
+
+def install_ssh_key(private_key: str) -> Path:
+    """Make ``private_key`` (OpenSSH, without a passphrase) the suite's ssh key; return its path.
+
+    For CI runners that start empty (``vmtests cache-key --ssh-key-stdin``): the same key on
+    every run gives the image the same input hash, so a cached image is used again. The public
+    key is derived from it with ``ssh-keygen -y``.
+    """
+    key = suite_ssh_key_path()
+    with file_lock(key.parent / ".lock"):
+        require_tools("ssh-keygen")
+        tmp = _fresh_tmp(key)
+        tmp.touch(mode=0o600)
+        tmp.write_text(private_key.strip() + "\n")
+        derived = subprocess.run(
+            ["ssh-keygen", "-y", "-P", "", "-f", str(tmp)],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if derived.returncode != 0:
+            tmp.unlink()
+            raise DriverError(
+                "the ssh key given is not a private key without passphrase that ssh-keygen "
+                f"reads: {derived.stderr.strip()}"
+            )
+        Path(f"{tmp}.pub").write_text(derived.stdout.strip() + "\n")
+        _move_into_place(tmp, key)
+    return key
+
+
+def public_key_of(key: Path) -> str:
+    """The public key beside the private key ``key``, as it is authorised in the guest."""
+    return Path(f"{key}.pub").read_text().strip()
+
+
+def _fresh_tmp(key: Path) -> Path:
+    """A temporary name for a key being made beside ``key`` (its ``.pub`` too), cleared."""
+    tmp = key.with_name(f"tmp-{os.getpid()}")
+    for stale in (tmp, Path(f"{tmp}.pub")):
+        stale.unlink(missing_ok=True)
+    return tmp
+
+
+def _move_into_place(tmp: Path, key: Path) -> None:
+    """Rename a finished key pair onto ``key``: the public key first, the private key last."""
+    os.replace(f"{tmp}.pub", f"{key}.pub")
+    os.replace(tmp, key)
 
 
 def _rendered_files(public_key: str) -> dict[str, str]:
@@ -258,14 +319,14 @@ def _build(directory: Path, public_key: str) -> None:
 def reference_image() -> ReferenceImage:
     """Return the reference guest image, building it first if no cached copy matches."""
     key = suite_ssh_key()
-    public_key = Path(f"{key}.pub").read_text().strip()
+    public_key = public_key_of(key)
 
     def build(directory: Path) -> dict[str, Any]:
         _build(directory, public_key)
         return {"append": KERNEL_APPEND}
 
     final, data = cached_build(
-        cache_dir() / "images", input_hash(public_key), "the reference guest image", build
+        image_builds(), input_hash(public_key), "the reference guest image", build
     )
     return ReferenceImage(
         directory=final,

@@ -170,6 +170,11 @@ def copy_package(root: Path) -> Path:
     return package
 
 
+def stub_image_builds() -> Path:
+    """The directory of the stub image's builds, one per input hash."""
+    return cache_dir() / "stub-images"
+
+
 def input_hash() -> str:
     """Content hash of every input of the archive (the cache key)."""
     digest = hashlib.sha256()
@@ -301,9 +306,7 @@ def stub_image() -> StubImage:
             "archive_sha256": hashlib.sha256(archive).hexdigest(),
         }
 
-    final, data = cached_build(
-        cache_dir() / "stub-images", input_hash(), f"the stub image {IMAGE}", build
-    )
+    final, data = cached_build(stub_image_builds(), input_hash(), f"the stub image {IMAGE}", build)
     return StubImage(
         archive=final / ARCHIVE_NAME,
         disk=final / DISK_NAME,

@@ -138,6 +138,9 @@
           if [ -e ${report}/nix-support/failed ]; then
             cat ${report}/summary.md >&2 || true
             echo "persistence-${profile} failed (exit status $(cat ${report}/nix-support/failed)); its reports: ${report}" >&2
+            # The failed run's reports are a valid store path: without this line a second check
+            # would fail on them again, silently not running the VM.
+            echo "this is the stored result of a run that failed; to run the VM again: nix store delete ${report} (scripts/flake-check-reports --forget-failed does it after copying the reports)" >&2
             exit 1
           fi
           ln -s ${report} $out

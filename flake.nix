@@ -1,7 +1,12 @@
 {
   description = "vmtests: prove Tenstorrent LLM serving settings survive nixos-rebuild switch and reboot";
 
-  inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-unstable";
+  # The release branch of the nixpkgs that the NixOS eval tier evaluates: NixOS names a
+  # release's branch `nixos-<release>` (nixpkgs nixos/doc/manual/installation/upgrading.chapter.md,
+  # nixos/modules/installer/tools/tools.nix), and tests/eval/test_eval_nixos.py fails when this
+  # branch and the evaluated tree's `.version` disagree. Pin it with `nix flake lock` and commit
+  # flake.lock (README: "On a Nix host").
+  inputs.nixpkgs.url = "github:NixOS/nixpkgs/nixos-26.11";
 
   outputs =
     { self, nixpkgs }:
@@ -67,6 +72,14 @@
         # The backdoor's PATH is the tool manifest only (nixos/lib/systemd-lib.nix): call the
         # system's own nixos-rebuild by its path. --no-reexec: the re-exec would evaluate and
         # build the target's nixos-rebuild first (nixos-rebuild-ng, services.reexec).
+        # --max-jobs 0: the target must evaluate to the toplevel in the image; if it does not
+        # (another Nix, another fetcher), a missing output fails at once, naming the derivation,
+        # instead of building in the VM. nixos-rebuild-ng parses `--max-jobs` as a string
+        # (pkgs/by-name/ni/nixos-rebuild-ng/src/nixos_rebuild/__init__.py, common_flags) and
+        # hands it to `nix build` (nix.py build_flake, utils.py dict_to_flags); the daemon
+        # applies the client's max-jobs (Nix src/libstore/daemon.cc, ClientSettings::apply),
+        # and with 0 every local build is refused: "Cannot build '<drv>'. Reason: local builds
+        # are disabled (max-jobs = 0)" (src/libstore/build/derivation-building-goal.cc).
         rebuild = lib.escapeShellArgs [
           "/run/current-system/sw/bin/nixos-rebuild"
           "switch"
@@ -78,6 +91,8 @@
           "path:${nixpkgs.outPath}"
           "--no-write-lock-file"
           "--offline"
+          "--max-jobs"
+          "0"
           "--option"
           "substituters"
           ""
@@ -87,7 +102,8 @@
 
       # The main job for one serving profile: boot the base VM, switch it to the profile's target,
       # reboot, and prove every flag, variable and banner survived. The first argument is the
-      # report directory; $VMTESTS_SWITCH picks the switch (rebuild, the default, or prebuilt).
+      # report directory; $VMTESTS_SWITCH picks the switch (rebuild, the default, or prebuilt);
+      # --expected-system: the report says whether the VM then runs the pre-built target.
       # `nix run .#persistence` runs it for cfx-llm2; `nix flake check` runs it for every
       # profile (it needs KVM, like every NixOS VM test).
       persistence =
@@ -106,6 +122,7 @@
             --profile ${profile} \
             --target qemu-nixos:${vmBase.config.system.build.vm}/bin/run-${vmBase.config.system.name}-vm \
             --switch-command "$switch" \
+            --expected-system ${toplevel target} \
             --container tenstorrent-serving \
             --report-dir "''${1:-$PWD/vmtests-report-${profile}}"
         '';
@@ -115,6 +132,15 @@
       # exitHandler; Hydra shows such a build as failed with output). The check below fails
       # on it, so `nix flake check` stays red, while the reports stay where CI can collect
       # them (scripts/flake-check-reports).
+      # The run asks the driver for KVM (VMTESTS_ACCEL=kvm): where the builder cannot open
+      # /dev/kvm, QEMU fails at once with its own error instead of emulating the guest into the
+      # boot or switch timeout. The daemon offers the `kvm` feature when root can open /dev/kvm
+      # (Nix src/libstore/globals.cc, getDefaultSystemFeatures), but the sandboxed builder drops
+      # its supplementary groups (src/libstore/unix/build/linux-derivation-builder.cc,
+      # setgroups(0, 0)), so a root:kvm 0660 /dev/kvm is closed to it; and the run script's QEMU
+      # asks for `-machine accel=kvm:tcg` (nixpkgs nixos/lib/qemu-common.nix, qemuBinaryWith),
+      # which falls back to TCG. The driver's `-machine accel=kvm` comes later on QEMU's command
+      # line and wins (vmtests/driver/qemu_launch.py, accel_args).
       persistenceReport =
         profile: target:
         pkgs.runCommand "vmtests-persistence-report-${profile}"
@@ -127,6 +153,7 @@
           }
           ''
             export HOME=$TMPDIR
+            export VMTESTS_ACCEL=kvm
             ${persistence profile target} $out
           '';
       persistenceCheck =

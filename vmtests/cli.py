@@ -68,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="command run on the machine to switch (required unless the target is "
         "qemu:reference), e.g. 'nixos-rebuild switch --flake /etc/nixos#cfx-llm2'",
     )
+    run.add_argument(
+        "--expected-system",
+        metavar="STORE_PATH",
+        help="the NixOS system (toplevel) the switch must activate, e.g. the target pre-built "
+        "into the VM's image: the report says which system runs after the switch and whether "
+        "it is this one",
+    )
     run.add_argument("--report-dir", type=Path, default=Path("vmtests-report"))
     run.add_argument(
         "--container",
@@ -114,7 +121,9 @@ def _load(name: str) -> Profile:
 
 def _switcher(args: argparse.Namespace, profile: Profile) -> Switcher:
     if args.switch_command:
-        return CommandSwitch(args.switch_command)
+        return CommandSwitch(args.switch_command, expected_system=args.expected_system)
+    if args.expected_system:
+        raise UsageError("--expected-system needs --switch-command (a NixOS switch)")
     if args.target != REFERENCE_TARGET:
         raise UsageError(f"--target {args.target} needs --switch-command (how to switch it)")
     return ReferenceSwitch(profile)

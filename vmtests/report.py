@@ -80,6 +80,9 @@ def scenario_data(result: ScenarioResult) -> dict[str, Any]:
         "profile_source": str(result.profile.source),
         "target": result.target,
         "switch": result.switch,
+        "expected_system": result.expected_system,
+        "switched_system": result.switched_system,
+        "accelerator": result.accelerator,
         "status": result.status,
         "ok": result.ok,
         "error": redact_text(result.error),
@@ -146,6 +149,11 @@ def markdown_summary(result: ScenarioResult, controls: Sequence[ControlOutcome] 
         "",
         f"Switch: {result.switch}",
         "",
+    ]
+    for line in (system_line(result), accelerator_line(result)):
+        if line:
+            lines += [line, ""]
+    lines += [
         "S0 is the base boot (the target profile is not expected to hold there), S1 is after "
         "the switch, S2 after the reboot.",
         "",
@@ -189,6 +197,37 @@ def markdown_summary(result: ScenarioResult, controls: Sequence[ControlOutcome] 
     return "\n".join(lines) + "\n"
 
 
+def system_line(result: ScenarioResult) -> str:
+    """Which NixOS system ran after the switch, and whether it is the pre-built one ("" when
+    neither is known: not a NixOS machine)."""
+    switched, expected = result.switched_system, result.expected_system
+    if expected is None:
+        return f"System after the switch: {switched}" if switched else ""
+    if switched == expected:
+        return f"System after the switch: {switched} (the pre-built target)"
+    seen = switched or "unknown (no snapshot after the switch)"
+    return f"System after the switch: {seen}, **not** the pre-built target {expected}"
+
+
+def accelerator_line(result: ScenarioResult) -> str:
+    """Which accelerator ran the guest, which was asked for and why ("" for other machines)."""
+    accelerator = result.accelerator
+    if not accelerator:
+        return ""
+    used = accelerator.get("used") or "none (QEMU did not start)"
+    return (
+        f"Accelerator: {used} (asked for {accelerator.get('requested', '?')}: "
+        f"{accelerator.get('why', '')})"
+    )
+
+
+def machine_acceleration(machine: object) -> dict[str, str]:
+    """``acceleration`` of a QEMU machine (``vmtests.driver.qemu.QemuMachine``); {} otherwise."""
+    inner = getattr(machine, "inner", machine)
+    acceleration = getattr(inner, "acceleration", None)
+    return dict(acceleration) if isinstance(acceleration, dict) else {}
+
+
 def detection_table(controls: Sequence[ControlOutcome]) -> list[str]:
     """The negative controls' detection table as Markdown lines."""
     lines = [
@@ -230,6 +269,7 @@ def write_scenario_report(
     """Write report.json, junit.xml, summary.md and the console logs into ``directory``."""
     if machine is not None:
         result.console_logs = copy_console_logs(machine, directory)
+        result.accelerator = machine_acceleration(machine)
     data = scenario_data(result)
     if controls:
         data["controls"] = [outcome.to_dict() for outcome in controls]

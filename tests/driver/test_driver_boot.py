@@ -13,6 +13,9 @@ from vmtests.driver import accel, qemu_launch
 from vmtests.driver.errors import WaitTimeout
 from vmtests.driver.qemu import QemuMachine
 from vmtests.guest.image import ReferenceImage, start_reference_guest
+from vmtests.profiles import load_profile
+from vmtests.report import write_scenario_report
+from vmtests.scenario.scenario import ScenarioResult
 
 pytestmark = pytest.mark.vm
 
@@ -75,6 +78,9 @@ done
 if [ "$kvm" = 1 ]; then
   case "$VMTESTS_FAKE_KVM" in
     abort) echo "qemu-system-x86_64: error: failed to set MSR 0x10a to 0x0" >&2; exit 1 ;;
+    denied)  # QEMU's own words when /dev/kvm cannot be opened (checked against QEMU 7.2)
+      echo "Could not access KVM kernel module: Permission denied" >&2
+      echo "qemu-system-x86_64: failed to initialize kvm: Permission denied" >&2; exit 1 ;;
     hang) exec "$real" "${args[@]}" -S ;;  # the vCPU never runs: no kernel line, ever
   esac
 fi
@@ -102,10 +108,7 @@ def test_accel_auto_falls_back_to_tcg_when_kvm_hangs_and_remembers_it(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setenv("VMTESTS_FAKE_KVM", "hang")
-    guest = start_reference_guest(
-        tmp_path / "probe", name="auto", accel="auto", image=reference_image, kvm_probe_timeout=3
-    )
+    guest = start_with_broken_kvm(reference_image, tmp_path / "probe", monkeypatch, "hang")
     try:
         assert guest.accel_used == "tcg"
         assert guest.succeed("echo up") == "up\n"
@@ -141,14 +144,53 @@ def test_accel_auto_falls_back_at_once_when_qemu_aborts_under_kvm(
     assert not guest.process_running
 
 
+@pytest.mark.usefixtures("broken_kvm")
+def test_accel_auto_logs_and_reports_the_fallback_when_qemu_cannot_use_kvm(
+    reference_image: ReferenceImage,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """QEMU refuses KVM (a builder that cannot open /dev/kvm): the guest runs under TCG, the log
+    says why, and the scenario's reports say which accelerator ran and why."""
+    guest = start_with_broken_kvm(reference_image, tmp_path / "probe", monkeypatch, "denied")
+    try:
+        assert guest.accel_used == "tcg"
+        result = ScenarioResult(load_profile("cfx-llm2"), "qemu:reference", "not switched")
+        paths = write_scenario_report(result, tmp_path / "report", guest)
+    finally:
+        guest.close()
+    said = "qemu-system-x86_64: failed to initialize kvm: Permission denied"
+    assert f"QEMU said: {said}); restarting under TCG (accel=auto)" in capsys.readouterr().err
+    reported = json.loads(paths["json"].read_text())["accelerator"]
+    assert reported["requested"] == "auto"
+    assert reported["used"] == "tcg"
+    assert said in reported["why"]
+    assert reported["why"].endswith("; restarted under TCG")
+    summary = paths["markdown"].read_text()
+    assert "Accelerator: tcg (asked for auto: QEMU failed under KVM" in summary
+    assert said in summary
+
+
 def test_a_stale_or_foreign_verdict_is_ignored(broken_kvm: Path) -> None:
-    binary = qemu_launch.QEMU_BINARY
-    accel.remember(binary, False, "seen long ago")
-    assert accel.remembered(binary) is not None
-    assert accel.remembered(binary, now=time.time() + accel.VERDICT_TTL + 1) is None
+    key = accel.host_key(qemu_launch.QEMU_BINARY)
+    accel.remember(key, False, "seen long ago")
+    assert accel.remembered(key) is not None
+    assert accel.remembered(key, now=time.time() + accel.VERDICT_TTL + 1) is None
     data = json.loads(broken_kvm.read_text())
     broken_kvm.write_text(json.dumps({**data, "key": "another-host|6.1|QEMU 7"}))
-    assert accel.remembered(binary) is None
+    assert accel.remembered(key) is None
+
+
+def start_with_broken_kvm(
+    image: ReferenceImage, state_dir: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> QemuMachine:
+    """A reference guest started under accel=auto whose QEMU fails under KVM as ``mode`` says
+    (the ``broken_kvm`` wrapper's ``$VMTESTS_FAKE_KVM``)."""
+    monkeypatch.setenv("VMTESTS_FAKE_KVM", mode)
+    return start_reference_guest(
+        state_dir, name="auto", accel="auto", image=image, kvm_probe_timeout=3
+    )
 
 
 def unstarted_guest(image: ReferenceImage, state_dir: Path) -> QemuMachine:

@@ -217,6 +217,21 @@ let
           inherit (configuration.options.virtualisation) hypervGuest;
         }
       );
+      # The QEMU command the run-<name>-vm script execs, re-derived as
+      # nixos/modules/virtualisation/qemu-vm.nix derives it (nixos/lib/qemu-common.nix,
+      # qemuBinaryWith, with the configuration's QEMU package and forceAccel).
+      qemuCommand =
+        if config.system.build ? vm then
+          builtins.unsafeDiscardStringContext (
+            (import (pkgs.path + "/nixos/lib/qemu-common.nix") { inherit (pkgs) lib stdenv; })
+            .qemuBinaryWith
+              {
+                qemuPkg = virtualisation.qemu.package;
+                forceAccel = virtualisation.qemu.forceAccel or false;
+              }
+          )
+        else
+          null;
       dockerPackage = builtins.unsafeDiscardStringContext (toString config.virtualisation.docker.package);
       authorizedKeys = config.users.users.root.openssh.authorizedKeys.keys;
       sshd = config.services.openssh.enable;
@@ -227,19 +242,37 @@ let
       flake.nixosConfigurations
     else
       lib.getAttrs configurations flake.nixosConfigurations;
+  # flake.lock's node for the root's `nixpkgs` input, if a lock is committed.
+  lockedNixpkgs =
+    let
+      lock = builtins.fromJSON (builtins.readFile (repo + "/flake.lock"));
+    in
+    if builtins.pathExists (repo + "/flake.lock") then
+      lock.nodes.${lock.nodes.${lock.root}.inputs.nixpkgs}
+    else
+      null;
 in
 {
   shim = nixpkgs != null && shim;
   configurations = lib.mapAttrs describe selected;
+  # The nixpkgs the flake follows, and the release of the nixpkgs evaluated here (nixpkgs
+  # lib/trivial.nix: `release` is the tree's .version): the eval tier fails when they disagree.
+  nixpkgsInput = {
+    url = (import (repo + "/flake.nix")).inputs.nixpkgs.url;
+    evaluatedRelease = lib.trivial.release;
+    locked = if lockedNixpkgs == null then null else lockedNixpkgs.original or null;
+  };
 }
 // lib.optionalAttrs outputs {
   checks = lib.mapAttrs (_: drvPath) flake.checks.${system};
-  # The persistence checks' reports, which stay in the store when their run fails.
+  # The persistence checks' reports, which stay in the store when their run fails; the
+  # report's build script runs the VM.
   persistenceReports = lib.mapAttrs (_: check: {
     drv = drvPath check.report;
     succeedOnFailure = check.report.succeedOnFailure or false;
     features = check.report.requiredSystemFeatures or [ ];
     checkFeatures = check.requiredSystemFeatures or [ ];
+    buildCommand = check.report.buildCommand;
   }) (lib.filterAttrs (_: check: check ? report) flake.checks.${system});
   # The scripts of the persistence jobs (their switch commands).
   persistenceScripts = lib.mapAttrs (_: script: script.text) (

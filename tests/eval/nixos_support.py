@@ -7,6 +7,7 @@ import itertools
 import re
 import shlex
 from collections.abc import Mapping, Sequence
+from urllib.parse import parse_qs
 
 from vmtests.guest.resources import required_memory_mb
 
@@ -99,3 +100,69 @@ def firewall_problems(described: Mapping[str, object]) -> list[str]:
     if firewall.get("enable") and port not in allowed:
         return [f"the firewall is on and admits TCP ports {allowed}, not the serving port {port}"]
     return []
+
+
+def exports_before(script: str, marker: str) -> dict[str, str]:
+    """``export NAME=value`` lines of a build script before the first line containing
+    ``marker`` (the command they are meant for)."""
+    exported: dict[str, str] = {}
+    for line in script.splitlines():
+        if marker in line:
+            return exported
+        words = shlex.split(line, comments=True)
+        if words[:1] == ["export"]:
+            for assignment in words[1:]:
+                name, _, value = assignment.partition("=")
+                exported[name] = value
+    raise ValueError(f"no line of the script contains {marker!r}")
+
+
+GITHUB_FLAKE_REF = re.compile(
+    r"^github:(?P<owner>[^/?]+)/(?P<repo>[^/?]+)(?:/(?P<ref>[^?]+))?(?:\?(?P<query>.*))?$"
+)
+
+
+def github_branch(url: str) -> tuple[str, str, str | None] | None:
+    """(owner, repo, ref) of a ``github:owner/repo[/ref][?ref=...]`` flake URL, else None."""
+    found = GITHUB_FLAKE_REF.match(url)
+    if found is None:
+        return None
+    ref = found.group("ref") or parse_qs(found.group("query") or "").get("ref", [None])[0]
+    return found.group("owner"), found.group("repo"), ref
+
+
+def release_branch(release: str) -> str:
+    """NixOS's branch of a release: ``nixos-26.11`` (nixpkgs
+    nixos/doc/manual/installation/upgrading.chapter.md: the channels ``nixos-<release>``;
+    nixos/modules/installer/tools/tools.nix: "change the word unstable to the latest number")."""
+    return f"nixos-{release}"
+
+
+def nixpkgs_input_problems(
+    url: str, evaluated_release: str, locked: Mapping[str, object] | None
+) -> list[str]:
+    """Why the nixpkgs that ``nix flake check`` would test is not the one this tier evaluated:
+    the flake's input must follow ``nixos-<release>`` of the evaluated tree, on NixOS/nixpkgs,
+    and a committed flake.lock must be locked from that same input."""
+    wanted = release_branch(evaluated_release)
+    parsed = github_branch(url)
+    if parsed is None:
+        return [f"flake.nix's nixpkgs input {url!r} is not a github: URL; follow {wanted}"]
+    problems: list[str] = []
+    owner, repo, ref = parsed
+    if (owner.lower(), repo.lower()) != ("nixos", "nixpkgs"):
+        problems.append(f"flake.nix's nixpkgs input {url!r} is not github:NixOS/nixpkgs")
+    if ref != wanted:
+        problems.append(
+            f"flake.nix's nixpkgs input follows {ref or 'the default branch'}, but the evaluated "
+            f"nixpkgs is release {evaluated_release}: follow {wanted} (and re-lock), or evaluate "
+            f"a {ref or 'matching'} tree (scripts/setup-nixos-eval)"
+        )
+    if locked is not None:
+        lock = (str(locked.get("owner", "")), str(locked.get("repo", "")), locked.get("ref"))
+        if locked.get("type") != "github" or lock != parsed:
+            problems.append(
+                f"flake.lock locks nixpkgs from {dict(locked)}, not from {url!r}: run "
+                "`nix flake lock` and commit flake.lock"
+            )
+    return problems

@@ -15,11 +15,13 @@ from nixos_support import (
     VM_TARGETS,
     container_argv,
     container_environment,
+    exports_before,
     firewall_problems,
     forced_removals,
     graceful_before_removal,
     hugepages_fit,
     missing_tools,
+    nixpkgs_input_problems,
     switch_commands,
 )
 
@@ -31,6 +33,7 @@ from vmtests.contracts.instrumentation import (
     GUEST_TOOLS,
     KERNEL_PARAMS,
 )
+from vmtests.driver import accel, qemu_launch
 from vmtests.nixos_eval import (
     REPO_ROOT,
     NixosEvalUnavailable,
@@ -327,6 +330,78 @@ def test_the_switch_runs_nixos_rebuild_offline_with_everything_in_the_image(
         toplevel = nixos["configurations"][f"vm-test-{profile}"]["toplevelOut"]
         assert f"{toplevel}/bin/switch-to-configuration" in commands["prebuilt"]
         assert "${VMTESTS_SWITCH:-rebuild}" in script
+
+
+def test_a_switch_that_would_build_fails_at_once_and_the_report_names_the_system(
+    nixos: dict[str, Any],
+) -> None:
+    """--max-jobs 0: a target that does not evaluate to the pre-built toplevel fails at once,
+    naming the derivation, instead of building in the VM; the scenario is told which toplevel
+    the switch must activate, so that its report says whether it did."""
+    for profile in VM_TARGETS.values():
+        script = nixos["persistenceScripts"][f"persistence-{profile}"]
+        rebuild = switch_commands(script)["rebuild"]
+        assert rebuild[rebuild.index("--max-jobs") + 1] == "0", rebuild
+        toplevel = nixos["configurations"][f"vm-test-{profile}"]["toplevelOut"]
+        assert f"--expected-system {toplevel} " in script, script
+
+
+def test_the_flake_check_asks_for_kvm(nixos: dict[str, Any]) -> None:
+    """The check's run (its report derivation, which requires the `kvm` feature) asks the driver
+    for KVM: a builder that cannot open /dev/kvm fails with QEMU's own error instead of
+    emulating into a timeout."""
+    for profile in VM_TARGETS.values():
+        report = nixos["persistenceReports"][f"persistence-{profile}"]
+        assert "kvm" in report["features"]
+        script = report["buildCommand"]
+        exported = exports_before(script, f"-vmtests-persistence-{profile} ")
+        assert exported.get("VMTESTS_ACCEL") == "kvm", script
+
+
+@pytest.mark.parametrize("name", VM_CONFIGURATIONS)
+def test_the_kvm_verdict_is_keyed_on_the_qemu_the_run_script_execs(
+    nixos: dict[str, Any], name: str, tmp_path: Path
+) -> None:
+    """The run script's last command, as nixpkgs' qemu-vm.nix writes it, names the QEMU that
+    keys the KVM verdict; it asks for `-machine accel=kvm:tcg` (a silent fallback), which the
+    driver's later `-machine accel=kvm` overrides when KVM is asked for."""
+    command = nixos["configurations"][name]["qemuCommand"]
+    binary, *options = command.split()
+    assert binary.startswith("/"), command
+    assert binary.endswith("/bin/qemu-system-x86_64"), command
+    assert options[:2] == ["-machine", "accel=kvm:tcg"], command
+    assert qemu_launch.accel_args("kvm", machine_option=True)[:2] == ["-machine", "accel=kvm"]
+    script = f'#! /bin/sh\n    cd "$TMPDIR"\n    exec {command} \\\n        -name {name} \\\n'
+    assert accel.exec_line_qemu(script) == binary
+
+
+def test_the_flake_follows_the_release_branch_of_the_evaluated_nixpkgs(
+    nixos: dict[str, Any],
+) -> None:
+    """`nix flake check` must test the nixpkgs release this tier evaluated (README, "On a Nix
+    host": the lock and the evaluated tree are kept in step)."""
+    found = nixos["nixpkgsInput"]
+    problems = nixpkgs_input_problems(found["url"], found["evaluatedRelease"], found["locked"])
+    assert not problems, problems
+
+
+def test_a_flake_input_off_the_evaluated_release_is_caught() -> None:
+    """Negative control: the old `nixos-unstable`, another release, another repository, and a
+    lock taken from another input each fail the comparison."""
+    (unstable,) = nixpkgs_input_problems("github:NixOS/nixpkgs/nixos-unstable", "26.11", None)
+    assert "follows nixos-unstable, but the evaluated nixpkgs is release 26.11" in unstable
+    assert "follow nixos-26.11" in unstable
+    assert nixpkgs_input_problems("github:NixOS/nixpkgs/nixos-26.05", "26.11", None)
+    assert nixpkgs_input_problems("github:NixOS/nixpkgs", "26.11", None)
+    assert nixpkgs_input_problems("github:example/nixpkgs/nixos-26.11", "26.11", None)
+    assert nixpkgs_input_problems("path:/srv/nixpkgs", "26.11", None)
+    assert not nixpkgs_input_problems("github:NixOS/nixpkgs?ref=nixos-26.11", "26.11", None)
+    locked = {"owner": "NixOS", "repo": "nixpkgs", "ref": "nixos-26.11", "type": "github"}
+    assert not nixpkgs_input_problems("github:NixOS/nixpkgs/nixos-26.11", "26.11", locked)
+    (stale,) = nixpkgs_input_problems(
+        "github:NixOS/nixpkgs/nixos-26.11", "26.11", {**locked, "ref": "nixos-unstable"}
+    )
+    assert "run `nix flake lock` and commit flake.lock" in stale
 
 
 def test_the_shim_defines_no_option_the_project_sets(nixos: dict[str, Any]) -> None:

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from vmtests.cli import EXIT_USAGE, main
+from vmtests.cli import EXIT_USAGE, _switcher, build_parser, main
+from vmtests.profiles import load_profile
+from vmtests.scenario.switching import CommandSwitch
 
 
 def test_missing_profile_is_a_clear_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -24,6 +26,16 @@ def test_foreign_target_needs_a_switch_command(capsys: pytest.CaptureFixture[str
     code = main(["run", "--profile", "cfx-llm2", "--target", "qemu-nixos:/nix/store/x/run-vm"])
     assert code == EXIT_USAGE
     assert "needs --switch-command" in capsys.readouterr().err
+
+
+def test_the_expected_system_goes_to_the_command_switch(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["run", "--profile", "cfx-llm2", "--expected-system", "/nix/store/aaaa-nixos-system"]
+    assert main(argv) == EXIT_USAGE  # the reference guest's switch has no NixOS system
+    assert "--expected-system needs --switch-command" in capsys.readouterr().err
+    args = build_parser().parse_args([*argv, "--switch-command", "nixos-rebuild switch"])
+    switch = _switcher(args, load_profile("cfx-llm2"))
+    assert isinstance(switch, CommandSwitch)
+    assert switch.expected_system == "/nix/store/aaaa-nixos-system"
 
 
 def test_ssh_target_needs_explicit_hardware_opt_in(capsys: pytest.CaptureFixture[str]) -> None:

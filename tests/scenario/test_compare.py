@@ -9,6 +9,7 @@ from vmtests.scenario.compare import (
     check_durable,
     check_rebooted,
     check_restarted,
+    check_switched_system,
     diff_snapshots,
 )
 from vmtests.scenario.snapshot import Snapshot
@@ -90,3 +91,25 @@ def test_switch_must_restart_the_unit() -> None:
     assert "the switch did not restart tenstorrent-serving.service" in found[0].message
     s1.unit.properties["InvocationID"] = "e" * 32
     assert failures(check_restarted(s0, s1)) == []
+
+
+def test_the_switch_must_activate_the_pre_built_system() -> None:
+    """A NixOS switch that evaluated the target to another toplevel than the one pre-built into
+    the image is caught, naming both; without an expected system nothing is checked."""
+    prebuilt = "/nix/store/aaaa-nixos-system-vm-test-cfx-llm2-26.11.vmtests"
+    s1 = good_snapshot(label="S1")
+    s1.generations = {"/run/current-system": prebuilt}
+    (held,) = check_switched_system(s1, prebuilt)
+    assert held.ok
+    assert held.message == f"runs the pre-built {prebuilt}"
+    s1.generations = {"/run/current-system": "/nix/store/bbbb-nixos-system-vm-test-cfx-llm2"}
+    (found,) = failures(check_switched_system(s1, prebuilt))
+    assert found.message == (
+        "after the switch (S1): runs /nix/store/bbbb-nixos-system-vm-test-cfx-llm2, not the "
+        f"pre-built {prebuilt}: the switch activated another system than the one built on the "
+        "host"
+    )
+    s1.generations = {}
+    (found,) = failures(check_switched_system(s1, prebuilt))
+    assert "runs no /run/current-system, not the pre-built" in found.message
+    assert check_switched_system(s1, None) == []

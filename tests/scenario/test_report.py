@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from types import SimpleNamespace
 
 from scenario_support import good_snapshot
 
@@ -114,3 +115,31 @@ def test_atomic_write_replaces_and_leaves_no_temporary(tmp_path: Path) -> None:
     write_atomic(target, "two")
     assert target.read_text() == "two"
     assert [p.name for p in tmp_path.iterdir()] == ["report.json"]
+
+
+def test_the_summary_says_which_system_and_accelerator_ran(tmp_path: Path) -> None:
+    prebuilt = "/nix/store/aaaa-nixos-system-vm-test-cfx-llm2-26.11.vmtests"
+    result = _result(broken=False)
+    result.expected_system = prebuilt
+    result.snapshots["S1"].generations = {"/run/current-system": prebuilt}
+
+    acceleration = {"requested": "kvm", "used": "kvm", "why": "asked for by $VMTESTS_ACCEL"}
+    # What a QEMU machine reports (vmtests.driver.qemu.QemuMachine.acceleration).
+    machine = SimpleNamespace(acceleration=acceleration)
+    paths = write_scenario_report(result, tmp_path, machine)
+    data = json.loads(paths["json"].read_text())
+    assert (data["expected_system"], data["switched_system"]) == (prebuilt, prebuilt)
+    assert data["accelerator"] == acceleration
+    summary = paths["markdown"].read_text()
+    assert f"System after the switch: {prebuilt} (the pre-built target)\n" in summary
+    assert "Accelerator: kvm (asked for kvm: asked for by $VMTESTS_ACCEL)\n" in summary
+
+    result.snapshots["S1"].generations = {"/run/current-system": "/nix/store/bbbb-other"}
+    assert (
+        f"System after the switch: /nix/store/bbbb-other, **not** the pre-built target {prebuilt}\n"
+    ) in markdown_summary(result)
+    del result.snapshots["S1"]  # the switch failed before S1
+    assert (
+        "System after the switch: unknown (no snapshot after the switch), **not** the pre-built "
+        f"target {prebuilt}\n"
+    ) in markdown_summary(result)

@@ -91,6 +91,8 @@ class QemuMachine(Machine):
         self.requested_accel = (accel or os.environ.get("VMTESTS_ACCEL") or "auto").lower()
         if self.requested_accel not in qemu_launch.ACCELS:
             raise ValueError(f"accel must be one of {qemu_launch.ACCELS}: {accel!r}")
+        asked_by = "the caller" if accel else "$VMTESTS_ACCEL"
+        self.accel_reason = "" if self.requested_accel == "auto" else f"asked for by {asked_by}"
         self.guest_ports = sorted({SSH_PORT, *forward_ports})
         self.ssh_key = ssh_key
         self.boot_timeout = boot_timeout
@@ -123,6 +125,16 @@ class QemuMachine(Machine):
         self._restart_error: DriverError | None = None
 
     # ---- properties --------------------------------------------------------------------------
+
+    @property
+    def acceleration(self) -> dict[str, str]:
+        """Which accelerator runs the guest (``used``: ``kvm``, ``tcg``, "" before QEMU ran),
+        which was asked for (``requested``: auto, kvm or tcg) and ``why`` that one, for reports."""
+        return {
+            "requested": self.requested_accel,
+            "used": self.accel_used or "",
+            "why": self.accel_reason or "not decided yet",
+        }
 
     @property
     def process_running(self) -> bool:
@@ -178,7 +190,16 @@ class QemuMachine(Machine):
                 if accel == "auto":
                     accel = self.choose_accel()
                 if not self.process_running:
-                    self._launch(accel)
+                    try:
+                        self._launch(accel)
+                    except MachineGone as error:
+                        if accel != "kvm":
+                            raise
+                        said = accel_choice.last_line(self.stderr_tail()) or "(nothing)"
+                        raise MachineGone(
+                            f"{self.name}: QEMU did not start under KVM, which was "
+                            f"{self.accel_reason} (accel=kvm); QEMU said: {said}\n{error}"
+                        ) from error
                 if self.reboot_mode == "restart":
                     threading.Thread(
                         target=self._follow_restarts, name=f"{self.name}-restarts", daemon=True
@@ -189,25 +210,27 @@ class QemuMachine(Machine):
                 raise
 
     def choose_accel(self) -> str:
-        """Decide ``accel=auto``: KVM when it is there and works, else TCG (``driver/accel.py``).
-
-        May launch QEMU under KVM to probe; a successful probe leaves that QEMU running.
-        """
+        """Decide ``accel=auto``: KVM when it is there and works, else TCG (``driver/accel.py``),
+        saying why in the log and in ``acceleration``. May launch QEMU under KVM to probe; a
+        successful probe leaves that QEMU running."""
         if not accel_choice.kvm_usable():
+            self.accel_reason = f"{accel_choice.why_kvm_unusable()}: using TCG"
+            log.warning(f"{self.name}: {self.accel_reason} (accel=auto)")
             return "tcg"
-        binary = str(self.run_script or qemu_launch.QEMU_BINARY)
-        verdict = accel_choice.remembered(binary)
+        key = accel_choice.verdict_key(self.run_script, qemu_launch.QEMU_BINARY)
+        verdict = accel_choice.remembered(key)
         if verdict is not None and not verdict.usable:
+            self.accel_reason = f"KVM failed on this host before ({verdict.reason}); using TCG"
             log.warning(
-                f"{self.name}: KVM failed on this host before ({verdict.reason}); using TCG "
+                f"{self.name}: {self.accel_reason} "
                 f"(delete {accel_choice.verdict_file()} to probe again)"
             )
             return "tcg"
-        return self._probe_kvm(binary)
+        return self._probe_kvm(key)
 
-    def _probe_kvm(self, binary: str) -> str:
+    def _probe_kvm(self, key: str) -> str:
         """Launch under KVM; if QEMU dies, the VM stops, or the kernel prints nothing in time,
-        remember that and restart under TCG with a warning."""
+        remember that (under ``key``) and restart under TCG with a warning."""
         seen = self.console.boot_count
         deadline = time.monotonic() + self.kvm_probe_timeout
         try:
@@ -216,18 +239,20 @@ class QemuMachine(Machine):
             while time.monotonic() < deadline:
                 slice_end = min(deadline, time.monotonic() + PROBE_SLICE)
                 if self.console.wait_for_boot(seen + 1, slice_end):
-                    accel_choice.remember(binary, True, "the kernel printed its first line")
+                    self.accel_reason = "the KVM probe saw the kernel's first line"
+                    accel_choice.remember(key, True, "the kernel printed its first line")
                     return "kvm"
                 state = self._qemu.run_state()
                 if not self.process_running or state in STOPPED_STATES:
                     reason = f"QEMU under KVM stopped (state {state or 'exited'})"
                     break
         except DriverError as error:
-            said = [line for line in self.stderr_tail().splitlines() if line.strip()]
+            said = accel_choice.last_line(self.stderr_tail())
             reason = f"QEMU failed under KVM: {str(error).splitlines()[0]}" + (
-                f" (QEMU said: {said[-1].strip()})" if said else ""
+                f" (QEMU said: {said})" if said else ""
             )
-        accel_choice.remember(binary, False, reason)
+        accel_choice.remember(key, False, reason)
+        self.accel_reason = f"{reason}; restarted under TCG"
         log.warning(f"{self.name}: {reason}; restarting under TCG (accel=auto)")
         with self._lifecycle:
             self._release()

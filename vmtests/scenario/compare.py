@@ -168,6 +168,27 @@ def check_rebooted(before: Snapshot, after: Snapshot) -> list[CheckResult]:
     return results
 
 
+def check_switched_system(after: Snapshot, expected: str | None) -> list[CheckResult]:
+    """After a NixOS switch, the system that runs is ``expected`` (the toplevel pre-built into
+    the image), not one the machine evaluated to something else; nothing when none is expected."""
+    if expected is None:
+        return []
+    running = after.generations.get("/run/current-system")
+    if running == expected:
+        return [
+            passed(after.label, "switch.system", "current-system", f"runs the pre-built {running}")
+        ]
+    return [
+        failed(
+            after.label,
+            "switch.system",
+            "current-system",
+            f"runs {running or 'no /run/current-system'}, not the pre-built {expected}: the "
+            "switch activated another system than the one built on the host",
+        )
+    ]
+
+
 def check_restarted(before: Snapshot, after: Snapshot) -> list[CheckResult]:
     """The switch restarted the serving unit: its InvocationID changed and it is active."""
     old, new = before.unit.invocation_id, after.unit.invocation_id

@@ -349,6 +349,9 @@ def with_stub_image(machine: Machine, config: ServingConfig) -> ServingConfig:
 class ReferenceSwitch:
     """The reference guest's switch: base = baseline serving profile, target = the profile's."""
 
+    expected_system: str | None = None
+    """Not a NixOS system: there is no toplevel to expect."""
+
     def __init__(
         self, profile: Profile, base_serving_profile: str = nixos_units.BASE_SERVING_PROFILE
     ) -> None:

@@ -1,7 +1,8 @@
 """The persistence scenario: S0 base -> switch -> S1 -> reboot -> S2, and what must hold.
 
 - S1 satisfies the profile, its banners agree with its argv/env, and nothing live comes from a
-  runtime-only source; the switch restarted the unit (InvocationID changed);
+  runtime-only source; the switch restarted the unit (InvocationID changed) and, where the
+  switch names the NixOS system it must activate (``Switcher.expected_system``), S1 runs it;
 - the reboot began a new boot (boot_id changed);
 - S2 satisfies the profile the same way and equals S1 on every durable field.
 
@@ -31,6 +32,7 @@ from vmtests.scenario.compare import (
     check_durable,
     check_rebooted,
     check_restarted,
+    check_switched_system,
     diff_snapshots,
 )
 from vmtests.scenario.metering import DriverMeter
@@ -76,6 +78,15 @@ class ScenarioResult:
     status: str = "running"
     error: str = ""
     console_logs: list[str] = field(default_factory=list)
+    expected_system: str | None = None
+    accelerator: dict[str, str] = field(default_factory=dict)
+    """Which accelerator ran a QEMU guest, which was asked for, and why (empty elsewhere)."""
+
+    @property
+    def switched_system(self) -> str | None:
+        """The NixOS system that ran after the switch (S1's ``/run/current-system``)."""
+        after = self.snapshots.get("S1")
+        return after.generations.get("/run/current-system") if after else None
 
     @property
     def failures(self) -> list[CheckResult]:
@@ -113,7 +124,11 @@ class Scenario:
         self.container = container
         self.start_machine = start_machine
         self.result = ScenarioResult(
-            profile, target or machine.name, switcher.description, meter=meter
+            profile,
+            target or machine.name,
+            switcher.description,
+            meter=meter,
+            expected_system=switcher.expected_system,
         )
 
     @contextmanager
@@ -194,7 +209,12 @@ class Scenario:
                     "S1", "the service did not come up after the switch", READY_TIMEOUT
                 )
             s1 = self.snapshot("S1")
-            self._record("checks S1", evaluate_stage(profile, s1) + check_restarted(s0, s1))
+            self._record(
+                "checks S1",
+                evaluate_stage(profile, s1)
+                + check_restarted(s0, s1)
+                + check_switched_system(s1, self.result.expected_system),
+            )
             with self.step("reboot"):
                 self.machine.reboot()
                 self._wait_ready(

@@ -16,16 +16,22 @@ from vmtests.driver.machine import Machine
 
 SWITCH_TIMEOUT = 900.0
 """Seconds a switch command may take: ``nixos-rebuild switch --flake`` evaluates the whole NixOS
-configuration twice in the VM (nixpkgs nixos-rebuild-ng ``services.reexec`` builds the target's
-``system.build.nixos-rebuild`` first), then restarts the serving unit (stop up to its
+configuration in the VM (once: ``--no-reexec`` skips nixpkgs nixos-rebuild-ng's
+``services.reexec``, which would evaluate and build the target's ``system.build.nixos-rebuild``
+first; ``--max-jobs 0`` builds nothing), then restarts the serving unit (stop up to its
 ``TimeoutStopSec``, image load, model load); 600 s left too little margin on a shared 2-core host
 even under KVM."""
 
 
 class Switcher(Protocol):
-    """How a target is taken from its base configuration to the profile's configuration."""
+    """How a target is taken from its base configuration to the profile's configuration.
+
+    ``expected_system`` is the NixOS system (toplevel store path) the switch must activate, when
+    it is known: the scenario checks after the switch that it runs.
+    """
 
     description: str
+    expected_system: str | None
 
     def prepare_base(self, machine: Machine) -> None:
         """Bring ``machine`` to the base state S0 (may do nothing on a real host)."""
@@ -48,11 +54,13 @@ def wait_ready(machine: Machine, port: int, timeout: float = READY_TIMEOUT) -> N
 @dataclass
 class CommandSwitch:
     """A switch by command on the machine: ``nixos-rebuild switch ...`` or
-    ``<toplevel>/bin/switch-to-configuration switch``; the base is the machine as found."""
+    ``<toplevel>/bin/switch-to-configuration switch``; the base is the machine as found;
+    ``expected_system``: the toplevel it must activate (the one pre-built into a VM's image)."""
 
     command: str
     timeout: float = SWITCH_TIMEOUT
     description: str = ""
+    expected_system: str | None = None
 
     def __post_init__(self) -> None:
         self.description = self.description or f"switch command: {self.command}"

@@ -73,13 +73,16 @@
         # system's own nixos-rebuild by its path. --no-reexec: the re-exec would evaluate and
         # build the target's nixos-rebuild first (nixos-rebuild-ng, services.reexec).
         # --max-jobs 0: the target must evaluate to the toplevel in the image; if it does not
-        # (another Nix, another fetcher), a missing output fails at once, naming the derivation,
-        # instead of building in the VM. nixos-rebuild-ng parses `--max-jobs` as a string
+        # (another Nix, another fetcher), a missing output fails at once instead of building in
+        # the VM. nixos-rebuild-ng parses `--max-jobs` as a string
         # (pkgs/by-name/ni/nixos-rebuild-ng/src/nixos_rebuild/__init__.py, common_flags) and
         # hands it to `nix build` (nix.py build_flake, utils.py dict_to_flags); the daemon
         # applies the client's max-jobs (Nix src/libstore/daemon.cc, ClientSettings::apply),
-        # and with 0 every local build is refused: "Cannot build '<drv>'. Reason: local builds
-        # are disabled (max-jobs = 0)" (src/libstore/build/derivation-building-goal.cc).
+        # and with 0 every local build is refused: Nix >= 2.34.0 says "Cannot build '<drv>'.
+        # Reason: local builds are disabled (max-jobs = 0)"
+        # (src/libstore/build/derivation-building-goal.cc); older Nix says "Unable to start any
+        # build; either increase '--max-jobs' or enable remote builds." after listing the
+        # derivations it would build.
         rebuild = lib.escapeShellArgs [
           "/run/current-system/sw/bin/nixos-rebuild"
           "switch"
@@ -136,11 +139,18 @@
       # /dev/kvm, QEMU fails at once with its own error instead of emulating the guest into the
       # boot or switch timeout. The daemon offers the `kvm` feature when root can open /dev/kvm
       # (Nix src/libstore/globals.cc, getDefaultSystemFeatures), but the sandboxed builder drops
-      # its supplementary groups (src/libstore/unix/build/linux-derivation-builder.cc,
-      # setgroups(0, 0)), so a root:kvm 0660 /dev/kvm is closed to it; and the run script's QEMU
+      # its supplementary groups (setgroups(0, 0) in src/libstore/unix/build/
+      # linux-derivation-builder.cc, that file's path in Nix 2.30-2.34; earlier in
+      # src/libstore/build/local-derivation-goal.cc, later under src/libstore/linux/build/), so
+      # a root:kvm 0660 /dev/kvm is closed to it; and the run script's QEMU
       # asks for `-machine accel=kvm:tcg` (nixpkgs nixos/lib/qemu-common.nix, qemuBinaryWith),
       # which falls back to TCG. The driver's `-machine accel=kvm` comes later on QEMU's command
       # line and wins (vmtests/driver/qemu_launch.py, accel_args).
+      # allowSubstitutes = false: a failed run is a successful build, so a binary cache holding
+      # the report would hand it back and the VM would never run again; Nix then builds it
+      # here instead of asking the substituters (src/libstore/derivation-options.cc,
+      # substitutesAllowed, unless `always-allow-substitutes` is set; README, Continuous
+      # integration: these paths are never pushed to a cache).
       persistenceReport =
         profile: target:
         pkgs.runCommand "vmtests-persistence-report-${profile}"
@@ -150,6 +160,7 @@
               "nixos-test"
             ];
             succeedOnFailure = true;
+            allowSubstitutes = false;
           }
           ''
             export HOME=$TMPDIR
@@ -222,19 +233,18 @@
         name: target: lib.nameValuePair "persistence-${name}" (persistence name target)
       ) vmTargets;
 
-      apps.${system} = {
-        persistence = {
-          type = "app";
-          program = "${persistence "cfx-llm2" vmTargets.cfx-llm2}";
-        };
-      }
-      // lib.mapAttrs' (
-        name: target:
-        lib.nameValuePair "persistence-${name}" {
-          type = "app";
-          program = "${persistence name target}";
-        }
-      ) vmTargets;
+      # `nix flake check` warns about an app without meta.description (Nix >= 2.26,
+      # src/nix/flake.cc, checkApp), which must be a string without store paths.
+      apps.${system} =
+        let
+          app = profile: target: {
+            type = "app";
+            program = "${persistence profile target}";
+            meta.description = "Boot the NixOS test VM, switch it to the ${profile} serving profile, reboot it and prove the settings survived";
+          };
+        in
+        { persistence = app "cfx-llm2" vmTargets.cfx-llm2; }
+        // lib.mapAttrs' (name: target: lib.nameValuePair "persistence-${name}" (app name target)) vmTargets;
 
       devShells.${system}.default = pkgs.mkShell {
         packages = [

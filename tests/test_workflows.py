@@ -100,3 +100,40 @@ def test_actionlint_finds_nothing() -> None:
     ]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     assert result.returncode == 0, f"{' '.join(command)}:\n{result.stdout}{result.stderr}"
+
+
+# Events that run only what is already on a branch of this repository, or what someone with
+# write access started (GitHub's self-hosted runner security guidance: a pull request from a
+# fork must never run its code on a persistent self-hosted machine).
+TRUSTED_EVENTS = {"push", "merge_group", "workflow_dispatch", "schedule"}
+
+
+def untrusted_self_hosted_jobs(workflow: dict[str, Any]) -> list[str]:
+    """Jobs of ``workflow`` on a self-hosted runner that an untrusted event can start."""
+    # YAML 1.1 reads the key `on` as true.
+    triggers = next(value for key, value in workflow.items() if str(key) in {"on", "True"})
+    events = {triggers} if isinstance(triggers, str) else set(triggers or ())
+    untrusted = sorted(events - TRUSTED_EVENTS)
+    return [
+        f"{name} (runs-on {job['runs-on']}) starts on {untrusted}"
+        for name, job in workflow["jobs"].items()
+        if "self-hosted" in job.get("runs-on", []) and untrusted
+    ]
+
+
+def test_no_pull_request_starts_a_self_hosted_job() -> None:
+    problems = [
+        f"{path.name}: {problem}"
+        for path in sorted(WORKFLOWS.glob("*.yml"))
+        for problem in untrusted_self_hosted_jobs(yaml.safe_load(path.read_text()))
+    ]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("event", ["pull_request", "pull_request_target", "issue_comment"])
+def test_a_self_hosted_job_on_a_pull_request_is_caught(event: str) -> None:
+    text = (WORKFLOWS / "flake-check.yml").read_text()
+    assert "\non:\n" in text
+    workflow = yaml.safe_load(text.replace("\non:\n", f"\non:\n  {event}:\n", 1))
+    (problem,) = untrusted_self_hosted_jobs(workflow)
+    assert problem.startswith("flake-check (runs-on ['self-hosted', 'nix', 'kvm'])"), problem

@@ -270,6 +270,8 @@ in
   persistenceReports = lib.mapAttrs (_: check: {
     drv = drvPath check.report;
     succeedOnFailure = check.report.succeedOnFailure or false;
+    # mkDerivation passes `false` on as "", which Nix reads as false; unset means true.
+    allowSubstitutes = check.report.allowSubstitutes or true;
     features = check.report.requiredSystemFeatures or [ ];
     checkFeatures = check.requiredSystemFeatures or [ ];
     buildCommand = check.report.buildCommand;
@@ -289,6 +291,26 @@ in
     in
     map (a: a.message) (lib.filter (a: !a.assertion) small.config.assertions);
   apps = lib.mapAttrs (_: app: contextDrvs app.program) flake.apps.${system};
+  # What `nix flake check` reads of an app besides its program (Nix src/nix/flake.cc, checkApp):
+  # its attribute names and meta.description, a string without context.
+  appDefinitions = lib.mapAttrs (_: app: {
+    attributes = builtins.attrNames app;
+    description = app.meta.description or null;
+    descriptionHasContext = builtins.hasContext (app.meta.description or "");
+  }) flake.apps.${system};
+  # The flake-check job's preflight probe (scripts/kvm-probe.nix), with this nixpkgs.
+  kvmProbe =
+    let
+      probe = import (repo + "/scripts/kvm-probe.nix") {
+        pkgs = flake.inputs.nixpkgs.legacyPackages.${system};
+        stamp = "eval";
+      };
+    in
+    {
+      drv = drvPath probe;
+      features = probe.requiredSystemFeatures or [ ];
+      buildCommand = probe.buildCommand;
+    };
   packages = lib.mapAttrs (_: drvPath) flake.packages.${system};
   devShells = lib.mapAttrs (_: drvPath) flake.devShells.${system};
   formatter = drvPath flake.formatter.${system};

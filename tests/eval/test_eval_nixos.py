@@ -4,6 +4,7 @@ hand-written expectations. One evaluation per session (the ``nixos`` fixture).""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +88,47 @@ def test_a_failed_persistence_run_keeps_its_reports_and_fails_its_check(
         profile = name.removeprefix("persistence-")
         assert described["drv"].endswith(f"-vmtests-persistence-report-{profile}.drv"), described
         assert described["succeedOnFailure"] is True, name
+        # A failed run is a successful build: from a binary cache it would never run again.
+        assert described["allowSubstitutes"] is False, name
         assert {"kvm", "nixos-test"} <= set(described["features"]), name
         assert described["checkFeatures"] == [], name  # the check only reads the report
+
+
+def readme_runner_memory(readme: str) -> tuple[int, int, int, int]:
+    """(MB per VM, vCPUs per VM, VMs at once, GiB per VM) as README's runner section states them."""
+    text = " ".join(readme.split())
+    per_vm = re.search(r"boots one VM of \d+ GiB \((\d+) MB and (\d+) vCPUs", text)
+    total = re.search(r"at least (\d+) x (\d+) GiB plus headroom", text)
+    assert per_vm, "README does not say how much memory a persistence check's VM takes"
+    assert total, "README does not say how much memory the Nix and KVM runner needs"
+    return int(per_vm[1]), int(per_vm[2]), int(total[1]), int(total[2])
+
+
+def test_readme_sizes_the_runner_for_every_persistence_vm_at_once(nixos: dict[str, Any]) -> None:
+    """With max-jobs >= 2 Nix runs every persistence check at once, each booting the base VM."""
+    resources = nixos["configurations"]["vm-test-base"]["resources"]
+    stated = readme_runner_memory((REPO_ROOT / "README.md").read_text())
+    vms = len(nixos["persistenceReports"])
+    assert stated == (resources["memoryMB"], resources["cpus"], vms, resources["memoryMB"] // 1024)
+
+
+def test_every_app_has_what_nix_flake_check_asks_for(nixos: dict[str, Any]) -> None:
+    """Without meta.description `nix flake check` warns (Nix >= 2.26); an attribute other than
+    type, program and meta is an error (Nix src/nix/flake.cc, checkApp)."""
+    for name, app in nixos["appDefinitions"].items():
+        assert set(app["attributes"]) <= {"type", "program", "meta"}, (name, app)
+        assert app["description"], f"app {name} has no meta.description"
+        assert not app["descriptionHasContext"], f"app {name}'s description names a store path"
+
+
+def test_the_kvm_probe_opens_kvm_in_the_sandbox(nixos: dict[str, Any]) -> None:
+    """scripts/nix-kvm-preflight's probe: a build that needs the kvm feature, named by its
+    stamp so that every run builds anew, and fails unless it may open /dev/kvm read-write."""
+    probe = nixos["kvmProbe"]
+    assert probe["drv"].endswith("-vmtests-kvm-probe-eval.drv"), probe
+    assert probe["features"] == ["kvm"], probe
+    assert "if ! test -r /dev/kvm -a -w /dev/kvm; then" in probe["buildCommand"], probe
+    assert "exit 1" in probe["buildCommand"], probe
 
 
 def test_the_formatter_is_nixfmt_not_its_deprecated_alias(nixos: dict[str, Any]) -> None:

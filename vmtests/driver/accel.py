@@ -66,7 +66,8 @@ def why_kvm_unusable(device: Path | None = None) -> str:
     """Why this process cannot open ``device`` (default ``KVM_DEVICE``) read-write: missing, or
     its owner and mode and our credentials (a Nix build sandbox drops the builder's supplementary
     groups, so a device open to a group only is closed there: Nix
-    src/libstore/unix/build/linux-derivation-builder.cc)."""
+    src/libstore/unix/build/linux-derivation-builder.cc in Nix 2.30-2.34, earlier
+    src/libstore/build/local-derivation-goal.cc, later under src/libstore/linux/build/)."""
     device = device or KVM_DEVICE
     try:
         info = device.stat()

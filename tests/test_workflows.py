@@ -1,5 +1,6 @@
-"""The CI workflows under .github/workflows: actionlint finds nothing in them, and the pre-merge
-job runs exactly README's two Quick start commands."""
+"""The CI workflows under .github/workflows: actionlint finds nothing in them, the pre-merge
+job runs exactly README's two Quick start commands, and no pull request can start a job on a
+self-hosted runner."""
 
 from __future__ import annotations
 

@@ -138,19 +138,20 @@
       # The run asks the driver for KVM (VMTESTS_ACCEL=kvm): where the builder cannot open
       # /dev/kvm, QEMU fails at once with its own error instead of emulating the guest into the
       # boot or switch timeout. The daemon offers the `kvm` feature when root can open /dev/kvm
-      # (Nix src/libstore/globals.cc, getDefaultSystemFeatures), but the sandboxed builder drops
-      # its supplementary groups (setgroups(0, 0) in src/libstore/unix/build/
-      # linux-derivation-builder.cc, that file's path in Nix 2.30-2.34; earlier in
-      # src/libstore/build/local-derivation-goal.cc, later under src/libstore/linux/build/), so
-      # a root:kvm 0660 /dev/kvm is closed to it; and the run script's QEMU
-      # asks for `-machine accel=kvm:tcg` (nixpkgs nixos/lib/qemu-common.nix, qemuBinaryWith),
-      # which falls back to TCG. The driver's `-machine accel=kvm` comes later on QEMU's command
-      # line and wins (vmtests/driver/qemu_launch.py, accel_args).
+      # (Nix src/libstore/globals.cc, getDefaultSystemFeatures), but a sandboxed build has no
+      # supplementary groups (setgroups(0, 0) in NixOS/nix
+      # src/libstore/linux/build/linux-derivation-builder.cc since 2.35; scripts/kvm-probe.nix
+      # names the file in earlier versions), so a root:kvm 0660 /dev/kvm is closed to it; and
+      # the run script's QEMU asks for `-machine accel=kvm:tcg` (nixpkgs
+      # nixos/lib/qemu-common.nix, qemuBinaryWith), which falls back to TCG. The driver's
+      # `-machine accel=kvm` comes later on QEMU's command line and wins
+      # (vmtests/driver/qemu_launch.py, accel_args).
       # allowSubstitutes = false: a failed run is a successful build, so a binary cache holding
       # the report would hand it back and the VM would never run again; Nix then builds it
       # here instead of asking the substituters (src/libstore/derivation-options.cc,
       # substitutesAllowed, unless `always-allow-substitutes` is set; README, Continuous
       # integration: these paths are never pushed to a cache).
+      # scripts/kvm-probe.nix reads its system features from here.
       persistenceReport =
         profile: target:
         pkgs.runCommand "vmtests-persistence-report-${profile}"

@@ -18,17 +18,20 @@ WORKFLOWS = ROOT / ".github" / "workflows"
 JOB = "flake-check"
 
 # Nix 2.18, the oldest nixpkgs accepts (nixpkgs lib/minfeatures.nix), which has no `nix config`:
-# every command the preflight does not need fails, as an unknown one would.
+# every command the preflight does not need fails, as an unknown one would. The probe's build
+# fails (FAKE_PROBE=fail), as when Nix cannot evaluate or schedule it, or writes the verdict
+# that scripts/kvm-probe.nix writes: "open" or "closed", and /dev/kvm's mode in the sandbox.
 FAKE_NIX = """#!/usr/bin/env bash
 case "$*" in
   --version) echo "nix (Nix) 2.18.1" ;;
-  "build --impure --no-link -L --file scripts/kvm-probe.nix --argstr stamp "*)
+  "build --impure -L --out-link "*" --file scripts/kvm-probe.nix --argstr stamp "*)
     [ -f scripts/kvm-probe.nix ] || exit 98
     printf '%s\\n' "${@: -1}" >> "$FAKE_STAMPS"
-    if [ "$FAKE_SANDBOX_OPENS_KVM" != yes ]; then
-      echo "error: builder failed with exit code 1" >&2
+    if [ "$FAKE_PROBE" = fail ]; then
+      echo "error: a 'x86_64-linux' with features {kvm, nixos-test} is required to build" >&2
       exit 1
     fi
+    echo "$FAKE_PROBE" > "$5"
     ;;
   *) echo "error: unexpected command: nix $*" >&2; exit 99 ;;
 esac
@@ -62,21 +65,29 @@ def step_command(step_id: str) -> str:
 
 
 def run_preflight(
-    tmp_path: Path, *, kvm_mode: str, sandbox_opens_kvm: bool
+    tmp_path: Path, *, probe: str, kvm_mode: str = "666"
 ) -> tuple[subprocess.CompletedProcess[str], list[str]]:
-    """The job's preflight step as the runner runs it (bash -eo pipefail, from the checkout)."""
+    """The job's preflight step as the runner runs it (bash -eo pipefail, from the checkout).
+
+    ``probe`` is what the probe's build does (see FAKE_NIX), ``kvm_mode`` the mode of /dev/kvm
+    as the job sees it ("": not visible). Fails the test if the preflight leaves its temporary
+    directory behind.
+    """
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     for name, text in (("nix", FAKE_NIX), ("stat", FAKE_STAT)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir(exist_ok=True)
     stamps = tmp_path / "stamps"
     env = {
         **os.environ,
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "TMPDIR": str(scratch),
         "FAKE_STAMPS": str(stamps),
         "FAKE_KVM_MODE": kvm_mode,
-        "FAKE_SANDBOX_OPENS_KVM": "yes" if sandbox_opens_kvm else "no",
+        "FAKE_PROBE": probe,
     }
     result = subprocess.run(
         ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step_command("preflight")],
@@ -86,46 +97,74 @@ def run_preflight(
         text=True,
         check=False,
     )
+    assert not list(scratch.iterdir()), "the preflight left its temporary directory behind"
     return result, stamps.read_text().split() if stamps.exists() else []
 
 
+def last_line(result: subprocess.CompletedProcess[str]) -> str:
+    return result.stdout.splitlines()[-1]
+
+
 def test_the_preflight_passes_where_a_sandboxed_build_opens_kvm(tmp_path: Path) -> None:
-    """Each run builds a new probe (a new stamp), so an earlier success is never reused, and
+    """Each run builds a new probe (a new stamp), so an earlier verdict is never reused, and
     nothing newer than Nix 2.18 is needed."""
-    first, stamps = run_preflight(tmp_path, kvm_mode="666", sandbox_opens_kvm=True)
+    first, stamps = run_preflight(tmp_path, probe="open 666")
     assert first.returncode == 0, first.stdout + first.stderr
-    second, stamps = run_preflight(tmp_path, kvm_mode="666", sandbox_opens_kvm=True)
+    second, stamps = run_preflight(tmp_path, probe="open 666")
     assert second.returncode == 0, second.stdout + second.stderr
     assert len(stamps) == 2, stamps
     assert stamps[0] != stamps[1], stamps
 
 
+def test_a_kvm_hidden_from_the_job_is_no_verdict(tmp_path: Path) -> None:
+    """nixpkgs' services.github-runners runs the job with PrivateDevices=true: the job sees no
+    /dev/kvm, the daemon's builds do, and only the probe decides."""
+    result, stamps = run_preflight(tmp_path, probe="open 666", kvm_mode="")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert len(stamps) == 1
+    assert "/dev/kvm as this job sees it: mode not visible to this job" in result.stdout
+
+
 def test_a_kvm_closed_to_the_build_users_stops_the_job_naming_the_fix(tmp_path: Path) -> None:
-    """root:kvm 0660, which the daemon's own feature check accepts: the probe fails in the
-    sandbox, and the last line names the fix."""
-    result, stamps = run_preflight(tmp_path, kvm_mode="660", sandbox_opens_kvm=False)
+    """root:kvm 0660, which the daemon's own feature check accepts: the probe finds it closed
+    in the sandbox, and the last line names the fix."""
+    result, stamps = run_preflight(tmp_path, probe="closed 660", kvm_mode="")
     assert result.returncode == 1, result.stdout + result.stderr
     assert len(stamps) == 1
-    last = result.stdout.splitlines()[-1]
+    last = last_line(result)
     assert last.startswith("::error::a sandboxed build cannot open /dev/kvm (mode 660"), last
     assert last.endswith(FIX_0666), last
 
 
-def test_a_probe_failing_on_an_open_kvm_points_at_nix(tmp_path: Path) -> None:
-    result, _ = run_preflight(tmp_path, kvm_mode="666", sandbox_opens_kvm=False)
-    assert result.returncode == 1
-    last = result.stdout.splitlines()[-1]
-    assert "system-features in nix.conf" in last, last
+@pytest.mark.parametrize(
+    ("probe", "says"),
+    [
+        ("closed 666", "although it is mode 0666: the Nix daemon or its sandbox"),
+        ("closed absent", "a sandboxed build has no /dev/kvm although it was given the kvm"),
+    ],
+)
+def test_a_kvm_closed_for_another_reason_points_at_the_daemon(
+    tmp_path: Path, probe: str, says: str
+) -> None:
+    result, _ = run_preflight(tmp_path, probe=probe)
+    assert result.returncode == 1, result.stdout + result.stderr
+    last = last_line(result)
+    assert last.startswith("::error::"), last
+    assert says in last, last
     assert FIX_0666 not in last
 
 
-def test_a_runner_without_kvm_stops_before_building(tmp_path: Path) -> None:
-    result, stamps = run_preflight(tmp_path, kvm_mode="", sandbox_opens_kvm=True)
-    assert result.returncode == 1
-    assert stamps == []
-    assert result.stdout.splitlines()[-1].startswith("::error::this runner has no /dev/kvm"), (
-        result.stdout
-    )
+def test_a_probe_that_could_not_be_built_is_no_verdict_on_kvm(tmp_path: Path) -> None:
+    """A failed build says nothing about /dev/kvm: the line points at Nix's error instead."""
+    result, stamps = run_preflight(tmp_path, probe="fail")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert len(stamps) == 1
+    last = last_line(result)
+    assert last.startswith("::error::the /dev/kvm probe (scripts/kvm-probe.nix) could not be"), last
+    assert "Nix's error above says why" in last, last
+    assert "system-features in nix.conf" in last, last
+    assert FIX_0666 not in last
+    assert "a sandboxed build cannot" not in last
 
 
 def flake_check_commands(text: str) -> list[list[str]]:

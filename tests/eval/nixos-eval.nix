@@ -298,11 +298,22 @@ in
     description = app.meta.description or null;
     descriptionHasContext = builtins.hasContext (app.meta.description or "");
   }) flake.apps.${system};
-  # The flake-check job's preflight probe (scripts/kvm-probe.nix), with this nixpkgs.
+  # The flake-check job's preflight probe (scripts/kvm-probe.nix), from this flake, whose checks
+  # it may read only as far as the reports' system features: anything more throws, for the
+  # other checks evaluate whole NixOS systems and the reports' build commands the VMs.
   kvmProbe =
     let
+      guarded = lib.mapAttrs (
+        name: check:
+        if check ? report then
+          { report = { inherit (check.report) requiredSystemFeatures; }; }
+        else
+          throw "scripts/kvm-probe.nix evaluates the check ${name}"
+      ) flake.checks.${system};
       probe = import (repo + "/scripts/kvm-probe.nix") {
-        pkgs = flake.inputs.nixpkgs.legacyPackages.${system};
+        flake = flake // {
+          checks.${system} = guarded;
+        };
         stamp = "eval";
       };
     in

@@ -122,13 +122,21 @@ def test_every_app_has_what_nix_flake_check_asks_for(nixos: dict[str, Any]) -> N
 
 
 def test_the_kvm_probe_opens_kvm_in_the_sandbox(nixos: dict[str, Any]) -> None:
-    """scripts/nix-kvm-preflight's probe: a build that needs the kvm feature, named by its
-    stamp so that every run builds anew, and fails unless it may open /dev/kvm read-write."""
+    """scripts/nix-kvm-preflight's probe: a build that goes where the persistence reports go
+    (their system features, read from the flake and nothing more of it: nixos-eval.nix throws
+    on the rest), named by its stamp so that every run builds anew, and that succeeds once it
+    runs, writing whether it could open /dev/kvm read-write."""
     probe = nixos["kvmProbe"]
     assert probe["drv"].endswith("-vmtests-kvm-probe-eval.drv"), probe
-    assert probe["features"] == ["kvm"], probe
-    assert "if ! test -r /dev/kvm -a -w /dev/kvm; then" in probe["buildCommand"], probe
-    assert "exit 1" in probe["buildCommand"], probe
+    reports = nixos["persistenceReports"].values()
+    assert {feature for report in reports for feature in report["features"]} == set(
+        probe["features"]
+    ), probe
+    assert len(probe["features"]) == len(set(probe["features"])), probe
+    command = probe["buildCommand"]
+    assert "if [ -c /dev/kvm ] && { exec 3<>/dev/kvm; } 2>/dev/null; then" in command, command
+    assert 'echo "$verdict $(stat -c %a /dev/kvm 2>/dev/null || echo absent)" > $out' in command
+    assert "exit 1" not in command, command
 
 
 def test_the_formatter_is_nixfmt_not_its_deprecated_alias(nixos: dict[str, Any]) -> None:

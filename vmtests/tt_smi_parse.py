@@ -1,14 +1,12 @@
 """The one reader of tt-smi output, for the scenario's snapshot and the certification preflight.
 
-It reads what tenstorrent/tt-smi 6.x prints (``tt_smi/log.py`` ``TTSMILog`` for ``-s``;
-``tt_smi/backend.py`` ``print_all_available_devices_umd``/``_luwen`` for ``-ls``), whether the
-real tool or the stub (``vmtests/stub/tt_smi.py``) printed it. It is neutral: standard library
-only, so every layer that needs it (``scenario``, ``certify``) can import it.
+It reads what tenstorrent/tt-smi 6.x prints for ``-s`` (``tt_smi/log.py`` ``TTSMILog``),
+whether the real tool or the stub (``vmtests/stub/tt_smi.py``) printed it. It is neutral:
+standard library only, so every layer that needs it (``scenario``, ``certify``) can import it.
 
 - ``parse_snapshot``: the JSON of ``tt-smi -s`` (indented or not; leading log lines are
   skipped) into boards and processes; a board's type is decoded from its ``board_id`` as
   ``tt_smi/utils.py`` ``get_board_type`` does (UPI = ``(board_id >> 36) & 0xFFFFF``).
-- ``parse_list``: the rich tables of ``tt-smi -ls`` into one row mapping per board and table.
 """
 
 from __future__ import annotations
@@ -144,42 +142,3 @@ def parse_snapshot(text: str) -> TtSmiSnapshot:
         boards=boards,
         processes=processes,
     )
-
-
-@dataclass(frozen=True)
-class ListedBoard:
-    """One row of a ``tt-smi -ls`` table: its title and column -> cell."""
-
-    table: str
-    cells: dict[str, str]
-
-
-_VERTICAL = "│┃|"
-
-
-def _split_row(line: str) -> list[str]:
-    inner = line.strip()[1:-1]
-    for bar in _VERTICAL[1:]:
-        inner = inner.replace(bar, _VERTICAL[0])
-    return [cell.strip() for cell in inner.split(_VERTICAL[0])]
-
-
-def parse_list(text: str) -> list[ListedBoard]:
-    """Read the tables of ``tt-smi -ls`` (rich boxes); raise ``TtSmiError`` if there are none."""
-    rows: list[ListedBoard] = []
-    title, header = "", None
-    for line in text.splitlines():
-        stripped = line.strip()
-        if not stripped:
-            continue
-        if stripped[0] not in "┏┡└│┃┗+|-╇":
-            title, header = stripped, None
-        elif stripped[0] == "┃" or (stripped[0] in "│|" and header is None):
-            header = _split_row(stripped)
-        elif stripped[0] in "│|" and header is not None:
-            cells = _split_row(stripped)
-            if len(cells) == len(header):
-                rows.append(ListedBoard(title, dict(zip(header, cells, strict=True))))
-    if not rows:
-        raise TtSmiError(f"no board rows in tt-smi -ls output: {text.strip()[:300]!r}")
-    return rows

@@ -25,6 +25,7 @@ from nixos_support import (
     nixpkgs_input_problems,
     switch_commands,
 )
+from rendered_unit import RenderedUnit, rendered_unit
 
 from vmtests import nixos_eval
 from vmtests.contracts.instrumentation import (
@@ -38,11 +39,9 @@ from vmtests.driver import accel, qemu_launch
 from vmtests.nixos_eval import (
     REPO_ROOT,
     NixosEvalUnavailable,
-    RenderedUnit,
     describe,
     find_environment,
     is_trimmed,
-    rendered_unit,
 )
 from vmtests.profiles import load_profile
 

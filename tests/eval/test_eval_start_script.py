@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rendered_unit import rendered_unit
 
-from vmtests.nixos_eval import rendered_unit
 from vmtests.scenario.container_run import parse_container_run
 
 pytestmark = pytest.mark.nix

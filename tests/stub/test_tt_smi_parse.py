@@ -1,4 +1,5 @@
-"""vmtests/tt_smi_parse.py on real tt-smi 6.2.1 output (checked-in samples) and on the stub's."""
+"""vmtests/tt_smi_parse.py (and tests/stub/tt_smi_list.py for ``-ls``) on real tt-smi 6.2.1 output
+(checked-in samples) and on the stub's."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from pathlib import Path
 
 import pytest
 from stub_support import BASELINE_ARGS, StartServer, base_env, tt_smi
+from tt_smi_list import parse_list
 
 from vmtests.stub import knobs
-from vmtests.tt_smi_parse import TtSmiError, board_type_of, parse_list, parse_snapshot
+from vmtests.tt_smi_parse import TtSmiError, board_type_of, parse_snapshot
 
 DATA = Path(__file__).parent / "data"
 COLUMNS = ["UMD Chip ID", "PCI BDF", "PCI Dev ID", "Board Type", "Device Series", "Board Number"]

@@ -1,8 +1,9 @@
 """Nested, timed logging in the style of the nixpkgs test driver.
 
 ``with log.nested("booting machine"):`` prints the step, indents what happens inside it, and
-prints the elapsed time when it ends, whether it ended normally or with an exception. Timings
-are also kept as a flat list so that reports can break a run down by step.
+prints the elapsed time when it ends, whether it ended normally or with an exception. The lines
+go to stderr (or the stream given); nothing is kept: a caller that reports step times measures
+them itself (``vmtests.scenario.scenario.Scenario.step``).
 """
 
 from __future__ import annotations

@@ -61,11 +61,6 @@ class CommandResult:
         """stderr decoded as UTF-8, undecodable bytes replaced."""
         return self.stderr.decode("utf-8", errors="replace")
 
-    @property
-    def succeeded(self) -> bool:
-        """True when the command exited with status 0."""
-        return self.rc == 0
-
 
 Observer: TypeAlias = Callable[[str, float, CommandResult | None], None]
 """Called after each public ``Machine`` call with its name, its seconds and, for ``execute``,

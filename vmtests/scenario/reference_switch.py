@@ -161,11 +161,6 @@ def imitate_units(config: ServingConfig) -> RenderedUnits:
     return render_container_service(container, adjustments)
 
 
-def render_serving_unit(config: ServingConfig) -> str:
-    """The text of ``tenstorrent-serving.service`` for ``config``."""
-    return render_units(config).units[SERVING_UNIT]
-
-
 def _reserve_now(hugepages: Mapping[str, object]) -> str:
     """Start the hugepage unit now unless it already holds the pages.
 

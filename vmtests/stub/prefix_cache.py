@@ -67,9 +67,3 @@ class PrefixCache:
             while len(self._blocks) > self.capacity_blocks:
                 self._blocks.popitem(last=False)
         return Lookup(queried=len(token_ids), hit=hit_blocks * self.block_size)
-
-    @property
-    def cached_blocks(self) -> int:
-        """How many blocks the cache holds now."""
-        with self._lock:
-            return len(self._blocks)

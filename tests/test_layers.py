@@ -18,17 +18,20 @@ PACKAGE = Path(__file__).resolve().parents[1] / "vmtests"
 # Which top-level parts of ``vmtests`` each part may import (besides itself).
 ALLOWED: dict[str, set[str]] = {
     "contracts": set(),
-    "nixcore": {"contracts"},
+    # The one way to run Nix (host or chroot), and Python values rendered as Nix.
+    "nixrun": {"contracts"},
+    "nixcore": {"contracts", "nixrun"},
     # The one tt-smi reader (snapshot, certification preflight): neutral, contracts only.
     "tt_smi_parse": {"contracts"},
     # What the full NixOS evaluation renders (the eval tier, the reference guest's units).
-    "nixos_eval": {"contracts"},
+    "nixos_eval": {"contracts", "nixrun"},
     "driver": {"contracts"},
     "stub": {"contracts"},
-    "profiles": {"contracts", "nixcore"},
+    "profiles": {"contracts"},
     "guest": {"contracts", "driver", "stub", "tt_smi_parse"},
     "scenario": {
         "contracts",
+        "nixrun",
         "nixcore",
         "nixos_eval",
         "driver",

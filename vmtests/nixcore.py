@@ -1,6 +1,6 @@
 """Evaluate the builtins-only Nix core (``modules/serving/core.nix``) from Python.
 
-``evaluate_core`` runs ``nix-instantiate --eval --strict --json`` on the core with option values
+``evaluate_core`` evaluates the core (``vmtests.nixrun``, the host's Nix) with option values
 given as a Python mapping, a serving profile file (``hosts/profiles/*.nix``), or both (the
 mapping's keys then override the profile's, one level deep like ``//``). No nixpkgs is needed.
 ``find_nixpkgs_lib`` locates a nixpkgs ``lib`` for the full module evaluation of the eval tier.
@@ -8,24 +8,17 @@ mapping's keys then override the profile's, one level deep like ``//``). No nixp
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vmtests.contracts.paths import cache_dir, nixpkgs_tree
+from vmtests.contracts.paths import REPO_ROOT, cache_dir, nixpkgs_tree
+from vmtests.nixrun import NixError, evaluate_json, nix_value
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 CORE_FILE = REPO_ROOT / "modules" / "serving" / "core.nix"
-NIX_TIMEOUT = 120.0
-
-
-class NixError(RuntimeError):
-    """nix-instantiate is missing, or an evaluation failed (the message carries its stderr)."""
 
 
 @dataclass(frozen=True)
@@ -40,60 +33,6 @@ class CoreOutput:
     stop_timeout: int
     failed_assertions: list[str]
     warnings: list[str]
-
-
-def nix_instantiate() -> str:
-    """Path of ``nix-instantiate``; raises ``NixError`` saying how to install it when missing."""
-    found = shutil.which("nix-instantiate")
-    if found is None:
-        raise NixError(
-            "nix-instantiate is not on PATH: install Nix (on Debian: apt-get install nix-bin)"
-        )
-    return found
-
-
-def nix_string(text: str) -> str:
-    """Quote ``text`` as a Nix string literal (JSON escapes are valid Nix escapes, bar ``${``)."""
-    return json.dumps(text).replace("${", "\\${")
-
-
-def nix_value(value: object) -> str:
-    """Render a JSON-like Python value as a Nix expression."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return json.dumps(value)
-    if isinstance(value, str):
-        return nix_string(value)
-    if isinstance(value, Path):
-        return f"(/. + {nix_string(str(value.resolve()))})"
-    if isinstance(value, Mapping):
-        fields = " ".join(f"{nix_string(str(k))} = {nix_value(v)};" for k, v in value.items())
-        return "{ " + fields + " }"
-    if isinstance(value, list | tuple):
-        return "[ " + " ".join(f"({nix_value(item)})" for item in value) + " ]"
-    raise TypeError(f"cannot render {type(value).__name__} {value!r} as a Nix value")
-
-
-def evaluate_json(expression: str, *, cwd: Path = REPO_ROOT, timeout: float = NIX_TIMEOUT) -> Any:
-    """Evaluate a Nix ``expression`` strictly and return it decoded from JSON."""
-    command = [nix_instantiate(), "--eval", "--strict", "--json", "-E", expression]
-    try:
-        result = subprocess.run(
-            command, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
-        )
-    except subprocess.TimeoutExpired as error:
-        raise NixError(
-            f"nix-instantiate did not finish within {timeout:.0f}s: {expression}"
-        ) from error
-    if result.returncode != 0:
-        raise NixError(
-            f"nix-instantiate failed (rc={result.returncode}) evaluating:\n{expression}\n"
-            f"--- stderr ---\n{result.stderr.strip()}"
-        )
-    return json.loads(result.stdout)
 
 
 def core_expression(
@@ -158,14 +97,10 @@ def find_nixpkgs_lib() -> Path | None:
         if (candidate / "lib" / "default.nix").is_file():
             return candidate / "lib"
     if shutil.which("nix-instantiate") and os.environ.get("NIX_PATH"):
-        result = subprocess.run(
-            ["nix-instantiate", "--find-file", "nixpkgs/lib"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-        found = Path(result.stdout.strip())
-        if result.returncode == 0 and (found / "default.nix").is_file():
+        try:
+            found = Path(str(evaluate_json("toString <nixpkgs/lib>", timeout=30)))
+        except NixError:
+            return None
+        if (found / "default.nix").is_file():
             return found
     return None

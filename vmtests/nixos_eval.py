@@ -45,9 +45,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vmtests.contracts.paths import cache_dir, nixpkgs_tree
+from vmtests.contracts.paths import REPO_ROOT, cache_dir, nixpkgs_tree
+from vmtests.nixrun import Nix, nix_value
+from vmtests.nixrun import evaluate as evaluate_nix
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 EVAL_FILE = REPO_ROOT / "tests" / "eval" / "nixos-eval.nix"
 SETUP_SCRIPT = "scripts/setup-nixos-eval"
 EVAL_TIMEOUT = 900.0
@@ -59,10 +60,6 @@ KEEP_CACHED = 12
 
 class NixosEvalUnavailable(RuntimeError):
     """No nixpkgs tree or no Nix able to evaluate it; the message says how to set one up."""
-
-
-class NixError(RuntimeError):
-    """An evaluation failed; the message carries nix-instantiate's stderr."""
 
 
 @dataclass(frozen=True)
@@ -77,10 +74,19 @@ class Environment:
     shim: bool
     chroot: Path | None
 
+    @property
+    def nix(self) -> Nix:
+        """How ``vmtests.nixrun`` runs Nix here: inside the chroot the tree is ``/nixpkgs`` and
+        the checkout ``/src``; without a tree, flakes give the flake's own nixpkgs input."""
+        if self.chroot is None:
+            return Nix(flakes=self.tree is None)
+        assert self.tree is not None
+        return Nix(self.chroot, ((self.tree, CHROOT_TREE), (REPO_ROOT, CHROOT_REPO)))
+
     def describe(self) -> str:
         """One line for reports and skip reasons."""
         tree = str(self.tree) if self.tree else "the flake's locked nixpkgs input"
-        nix = f"chroot {self.chroot}" if self.chroot else "the host's Nix"
+        nix = self.nix.describe()
         return f"nixpkgs: {tree}{' (trimmed, shim loaded)' if self.shim else ''}; Nix: {nix}"
 
 
@@ -141,27 +147,6 @@ def find_environment() -> Environment:
     return Environment(tree=tree, shim=is_trimmed(tree), chroot=chroot)
 
 
-# Inside a private mount namespace: the tree, the checkout and /proc into the chroot, then Nix.
-_ENTER_CHROOT = (
-    'set -e; tree=$1 repo=$2 root=$3; shift 3; mount --bind "$tree" "$root' + CHROOT_TREE + '"; '
-    'mount --bind "$repo" "$root' + CHROOT_REPO + '"; mount -t proc proc "$root/proc"; '
-    'exec chroot "$root" "$@"'
-)
-
-
-def nix_value(value: object) -> str:
-    """A Nix literal for None, bools, strings (as paths when ``Path``) and lists of strings."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, list):
-        return "[ " + " ".join(nix_value(item) for item in value) + " ]"
-    return json.dumps(str(value)).replace("${", "\\${")
-
-
 def expression(environment: Environment, configurations: list[str] | None, outputs: bool) -> str:
     """The nix-instantiate expression for ``tests/eval/nixos-eval.nix`` in ``environment``."""
     inside = environment.chroot is not None
@@ -169,46 +154,22 @@ def expression(environment: Environment, configurations: list[str] | None, outpu
     tree = (Path(CHROOT_TREE) if inside else environment.tree) if environment.tree else None
     eval_file = repo / EVAL_FILE.relative_to(REPO_ROOT)
     return (
-        f"import {eval_file} {{ nixpkgs = {nix_value(tree)}; shim = {nix_value(environment.shim)};"
-        f" repo = {repo}; configurations = {nix_value(configurations)};"
-        f" outputs = {nix_value(outputs)}; }}"
+        f"import {nix_value(eval_file)} {{ nixpkgs = {nix_value(tree)};"
+        f" shim = {nix_value(environment.shim)}; repo = {nix_value(repo)};"
+        f" configurations = {nix_value(configurations)}; outputs = {nix_value(outputs)}; }}"
     )
 
 
 def run_nix(environment: Environment, expr: str, timeout: float = EVAL_TIMEOUT) -> Any:
-    """Evaluate ``expr`` strictly to JSON in ``environment``; ``NixError`` on failure.
+    """Evaluate ``expr`` in ``environment`` (``vmtests.nixrun``); ``NixError`` on failure.
 
     A JSON object gets the evaluation's warnings (``evaluation warning:`` lines) as
     ``warnings``.
     """
-    nix = ["nix-instantiate", "--eval", "--strict", "--json"]
-    if environment.tree is None:
-        nix += ["--option", "experimental-features", "nix-command flakes"]
-    nix += ["-E", expr]
-    if environment.chroot is not None:
-        assert environment.tree is not None
-        command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", _ENTER_CHROOT]
-        command += ["sh", str(environment.tree), str(REPO_ROOT), str(environment.chroot), *nix]
-    else:
-        command = nix
-    try:
-        result = subprocess.run(
-            command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout, check=False
-        )
-    except subprocess.TimeoutExpired as error:
-        raise NixError(f"the NixOS evaluation did not finish within {timeout:.0f}s") from error
-    if result.returncode != 0:
-        raise NixError(
-            f"the NixOS evaluation failed (rc={result.returncode}; {environment.describe()}):\n"
-            f"{expr}\n--- stderr ---\n{result.stderr.strip()[-6000:]}"
-        )
-    data = json.loads(result.stdout)
+    evaluation = evaluate_nix(expr, nix=environment.nix, timeout=timeout)
+    data = evaluation.value
     if isinstance(data, dict):
-        data["warnings"] = [
-            line.split("evaluation warning:", 1)[1].strip()
-            for line in result.stderr.splitlines()
-            if "evaluation warning:" in line
-        ]
+        data["warnings"] = evaluation.warnings
     return data
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from vmtests.nixcore import REPO_ROOT, CoreOutput, evaluate_json, nix_value
+from vmtests.contracts.paths import REPO_ROOT
+from vmtests.nixcore import CoreOutput
+from vmtests.nixrun import evaluate_json, nix_value
 from vmtests.profiles import Profile
 from vmtests.profiles.expectations import (
     Mismatch,
@@ -65,7 +67,7 @@ def evaluate_module(
         f"import {nix_value(MODULE_EVAL)} {{ lib = import {nix_value(lib_path)}; "
         f"values = {values}; {host_arg}backend = {nix_value(backend)}; }}"
     )
-    result: dict[str, Any] = evaluate_json(expression, cwd=REPO_ROOT)
+    result: dict[str, Any] = evaluate_json(expression)
     return result
 
 

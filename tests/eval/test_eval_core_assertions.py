@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from vmtests.nixcore import NixError, evaluate_core
+from vmtests.nixcore import evaluate_core
+from vmtests.nixrun import NixError
 
 pytestmark = pytest.mark.nix
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from vmtests.nixcore import evaluate_json, nix_value
+from vmtests.nixrun import evaluate_json, nix_value
 
 pytestmark = pytest.mark.nix
 

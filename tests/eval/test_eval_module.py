@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from eval_support import configuration_mismatches, evaluate_module, explain, profile_values
 
-from vmtests.nixcore import REPO_ROOT, evaluate_core
+from vmtests.contracts.paths import REPO_ROOT
+from vmtests.nixcore import evaluate_core
 from vmtests.profiles import available_profiles, load_profile
 
 pytestmark = pytest.mark.nix

@@ -35,9 +35,9 @@ from vmtests.contracts.instrumentation import (
     GUEST_TOOLS,
     KERNEL_PARAMS,
 )
+from vmtests.contracts.paths import REPO_ROOT
 from vmtests.driver import accel, qemu_launch
 from vmtests.nixos_eval import (
-    REPO_ROOT,
     NixosEvalUnavailable,
     describe,
     find_environment,

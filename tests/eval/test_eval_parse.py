@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vmtests.nixcore import REPO_ROOT
+from vmtests.contracts.paths import REPO_ROOT
 
 SKIP_DIRS = {".git", ".mypy_cache", ".ruff_cache", ".pytest_cache", "node_modules", "result"}
 

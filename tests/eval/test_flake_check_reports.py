@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from vmtests.nixcore import evaluate_json
+from vmtests.nixrun import evaluate_json
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "flake-check-reports"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from vmtests.contracts.paths import REPO_ROOT
 from vmtests.guest import stub_image, stub_layer
-from vmtests.nixcore import REPO_ROOT
 from vmtests.stub import device, knobs
 
 NIX_MODULE = REPO_ROOT / "modules" / "tenstorrent-stub.nix"
@@ -71,7 +71,8 @@ def test_nix_module_parses() -> None:
 
 
 def _evaluate_stub_module(**arguments: bool) -> dict[str, object]:
-    from vmtests.nixcore import evaluate_json, find_nixpkgs_lib, nix_value  # noqa: PLC0415
+    from vmtests.nixcore import find_nixpkgs_lib  # noqa: PLC0415
+    from vmtests.nixrun import evaluate_json, nix_value  # noqa: PLC0415
 
     nixpkgs_lib = find_nixpkgs_lib()
     if nixpkgs_lib is None:

@@ -1,9 +1,16 @@
-"""Where the suite keeps what it builds or learns once per machine."""
+"""Where the suite is, and where it keeps what it builds or learns once per machine."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+"""The ``vmtests`` package directory (the stub image and local stub servers copy from it)."""
+
+REPO_ROOT = PACKAGE_DIR.parent
+"""The checkout: the flake, ``modules/``, ``hosts/`` and ``tests/`` beside the package; every Nix
+evaluation reads it."""
 
 
 def cache_dir() -> Path:

@@ -14,14 +14,15 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from types import TracebackType
 
+from vmtests.contracts.paths import PACKAGE_DIR
 from vmtests.driver import procs
 from vmtests.driver.errors import WaitTimeout
 
 READY_LINE = "Application startup complete."
-PACKAGE_PARENT = Path(__file__).resolve().parents[2]
+PACKAGE_PARENT = PACKAGE_DIR.parent
+"""The directory holding the ``vmtests`` package: the local server's ``PYTHONPATH``."""
 TAIL_LINES = 30
 
 

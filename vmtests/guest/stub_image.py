@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vmtests.contracts.paths import cache_dir
+from vmtests.contracts.paths import PACKAGE_DIR, cache_dir
 from vmtests.driver.tools import require_tools
 from vmtests.guest.build_cache import cached_build, run_step
 from vmtests.guest.image import SUITE, mirror
@@ -60,7 +60,6 @@ DISK_NAME = "disk.tar"
 DISK_SERIAL = "vmtests-stub-image"
 """Serial of the read-only virtio disk carrying the archive into a reference guest: a tar
 holding ``ARCHIVE_NAME`` (tar pads to whole blocks, so a block device reads it back exactly)."""
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_PARTS = ("__init__.py", "stub", "contracts")
 _TRIM = (
     # Paths and glob patterns under the image's root, removed before the layer is made.
@@ -147,7 +146,7 @@ def _package_files() -> list[Path]:
     """The stub package's files (the image's content besides Debian's), sorted."""
     files: list[Path] = []
     for part in PACKAGE_PARTS:
-        path = PACKAGE_ROOT / part
+        path = PACKAGE_DIR / part
         candidates = [path] if path.is_file() else sorted(path.rglob("*"))
         files += [
             candidate
@@ -164,7 +163,7 @@ def copy_package(root: Path) -> Path:
     copied as the file it points to (``features.json``)."""
     package = root / "vmtests"
     for path in _package_files():
-        target = package / path.relative_to(PACKAGE_ROOT)
+        target = package / path.relative_to(PACKAGE_DIR)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
     return package
@@ -188,7 +187,7 @@ def input_hash() -> str:
     }
     digest.update(json.dumps(inputs, sort_keys=True).encode())
     for path in _package_files():
-        digest.update(str(path.relative_to(PACKAGE_ROOT)).encode() + b"\0")
+        digest.update(str(path.relative_to(PACKAGE_DIR)).encode() + b"\0")
         digest.update(path.read_bytes())  # read_bytes follows the features.json link
     digest.update(_PRECOMPILE.encode())
     digest.update(repr(_TRIM).encode())

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from vmtests.nixcore import REPO_ROOT
+from vmtests.contracts.paths import REPO_ROOT
 from vmtests.profiles.schema import (
     EXPECTATION_KEYS,
     HUGEPAGE_SIZES_KIB,

@@ -108,8 +108,9 @@ def junit_xml(result: ScenarioResult, controls: Sequence[ControlOutcome] = ()) -
     suite = ET.Element("testsuite", name=f"vmtests.scenario.{result.profile.name}")
     failures = 0
     for check in result.checks:
+        scope = "base " if check.base else ""
         case = ET.SubElement(
-            suite, "testcase", classname=f"{check.stage}.{check.check}", name=check.subject
+            suite, "testcase", classname=f"{check.stage}.{scope}{check.check}", name=check.subject
         )
         if check.failed:
             failures += 1
@@ -162,7 +163,8 @@ def markdown_summary(result: ScenarioResult, controls: Sequence[ControlOutcome] 
     ]
     by_key: dict[tuple[str, str, str], list[CheckResult]] = {}
     for check in result.checks:
-        by_key.setdefault((check.stage, check.check, check.subject), []).append(check)
+        if not check.base:
+            by_key.setdefault((check.stage, check.check, check.subject), []).append(check)
     for row in profile_rows(result.profile):
         cells = [_cell(by_key.get((stage, row.check, row.subject), [])) for stage in STAGES]
         lines.append(f"| {row.label} | " + " | ".join(cells) + " |")
@@ -233,13 +235,14 @@ def detection_table(controls: Sequence[ControlOutcome]) -> list[str]:
     lines = [
         "## Negative controls",
         "",
-        "| control | detected | check | message |",
+        "| control | detected | finding | message |",
         "| --- | --- | --- | --- |",
     ]
     for outcome in controls:
         message = redact_text(outcome.message).replace("|", "\\|")
         detected = "yes" if outcome.detected else "**NO**"
-        lines.append(f"| {outcome.name} | {detected} | {outcome.check} | {message} |")
+        finding = str(outcome.finds) if outcome.finds else "none (false-alarm control)"
+        lines.append(f"| {outcome.name} | {detected} | {finding} | {message} |")
     return lines
 
 

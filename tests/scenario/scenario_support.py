@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import json
 
-from vmtests.scenario.results import CheckResult
 from vmtests.scenario.snapshot import (
     Endpoint,
     HugepageState,
@@ -169,8 +168,3 @@ def good_snapshot(resident: bool = False, label: str = "S1") -> Snapshot:
         metrics=Endpoint("http://127.0.0.1:8000/metrics", 200, CACHE_CONFIG_INFO),
         hugepages=HugepageState(pools={GIB_KIB: 2, 2048: 0}, unit=hugepage_unit),
     )
-
-
-def failures(results: list[CheckResult]) -> list[CheckResult]:
-    """The results that fail a run."""
-    return [result for result in results if result.failed]

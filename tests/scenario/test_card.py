@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from scenario_support import failures, good_snapshot
+from scenario_support import good_snapshot
 
 from vmtests.scenario.card import check_card
 from vmtests.scenario.collect import parse_snapshot
+from vmtests.scenario.results import failures
 from vmtests.scenario.snapshot import Endpoint
 
 SAMPLE = Path(__file__).parents[1] / "stub" / "data" / "tt-smi-6.2.1-snapshot.json"

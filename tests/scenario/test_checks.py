@@ -5,23 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from scenario_support import (
-    EARLIER_BOOT,
-    GIB_KIB,
-    UNIT_FILE,
-    failures,
-    good_snapshot,
-)
+from scenario_support import EARLIER_BOOT, GIB_KIB, UNIT_FILE, good_snapshot
 
+from vmtests.contracts.findings import Check, Finding, Reason
 from vmtests.profiles import load_profile
 from vmtests.scenario.checks import (
     check_consistency,
     check_evidence,
     check_profile,
     check_service,
+    evaluate_stage,
     profile_rows,
 )
-from vmtests.scenario.scenario import evaluate_stage
+from vmtests.scenario.results import failures
 from vmtests.scenario.snapshot import JournalLine, Snapshot
 
 CFX = load_profile("cfx-llm2")
@@ -102,44 +98,65 @@ def _hugepages(count: int) -> Callable[[Snapshot], None]:
     return mutate
 
 
-BREAKAGES = [
-    ("--no-async-scheduling", "profile.args", _drop_arg("--no-async-scheduling"), "is missing"),
-    ("--async-scheduling", "profile.args", _add_arg("--async-scheduling"), "must not appear"),
-    ("QWEN36_SDPA_STREAMING", "profile.env", _set_env("QWEN36_SDPA_STREAMING", None), "not set"),
-    ("QWEN36_MERGE_BATCH_GUARD", "profile.env", _set_env("QWEN36_MERGE_BATCH_GUARD", "0"), "`1`"),
-    ("QWEN36_DEVICE_RESIDENT", "profile.env", _set_env("QWEN36_DEVICE_RESIDENT", "1"), "absent"),
-    ("qwen36-sdpa-streaming", "profile.banner", _drop_lines("SDPA streaming"), "missing from"),
+ARGS, ENV, BANNER = Check.PROFILE_ARGS, Check.PROFILE_ENV, Check.PROFILE_BANNER
+BREAKAGES: list[tuple[str, Check, Callable[[Snapshot], None], str]] = [
+    ("--no-async-scheduling", ARGS, _drop_arg("--no-async-scheduling"), "is missing"),
+    ("--async-scheduling", ARGS, _add_arg("--async-scheduling"), "must not appear"),
+    ("QWEN36_SDPA_STREAMING", ENV, _set_env("QWEN36_SDPA_STREAMING", None), "not set"),
+    ("QWEN36_MERGE_BATCH_GUARD", ENV, _set_env("QWEN36_MERGE_BATCH_GUARD", "0"), "`1`"),
+    ("QWEN36_DEVICE_RESIDENT", ENV, _set_env("QWEN36_DEVICE_RESIDENT", "1"), "absent"),
+    ("qwen36-sdpa-streaming", BANNER, _drop_lines("SDPA streaming"), "missing from"),
     (
         "vllm-async-enabled",
-        "profile.banner",
+        BANNER,
         _add_line("Asynchronous scheduling is enabled."),
         "must not appear",
     ),
     (
         "merge-batch-guard",
-        "profile.module-banner",
+        Check.PROFILE_MODULE_BANNER,
         _module_banner("merge-batch-guard=on", "merge-batch-guard=off"),
         "merge-batch-guard=on",
     ),
-    ("present", "profile.module-banner", _drop_lines("tenstorrent-serving-config"), "no module"),
-    ("hugepages", "profile.hugepages", _hugepages(1), "found 1"),
+    (
+        "present",
+        Check.PROFILE_MODULE_BANNER,
+        _drop_lines("tenstorrent-serving-config"),
+        "no module",
+    ),
+    ("hugepages", Check.PROFILE_HUGEPAGES, _hugepages(1), "found 1"),
 ]
+REASONS = {
+    "--no-async-scheduling": Reason.ARG_MISSING,
+    "--async-scheduling": Reason.ARG_FORBIDDEN,
+    "QWEN36_SDPA_STREAMING": Reason.ENV_MISSING,
+    "QWEN36_MERGE_BATCH_GUARD": Reason.ENV_VALUE,
+    "QWEN36_DEVICE_RESIDENT": Reason.ENV_FORBIDDEN,
+    "qwen36-sdpa-streaming": Reason.BANNER_MISSING,
+    "vllm-async-enabled": Reason.BANNER_FORBIDDEN,
+    "merge-batch-guard": Reason.MODULE_BANNER_VALUE,
+    "present": Reason.MODULE_BANNER_MISSING,
+    "hugepages": Reason.HUGEPAGES_COUNT,
+}
+"""Why each breakage fails: the reason its result must carry."""
 
 
 @pytest.mark.parametrize(
     ("subject", "check", "mutate", "needle"), BREAKAGES, ids=[b[0] for b in BREAKAGES]
 )
 def test_each_profile_expectation_can_fail(
-    subject: str, check: str, mutate: Callable[[Snapshot], None], needle: str
+    subject: str, check: Check, mutate: Callable[[Snapshot], None], needle: str
 ) -> None:
+    finding = Finding(check, REASONS[subject])
     snapshot = good_snapshot()
     mutate(snapshot)
     found = failures(check_profile(CFX, snapshot))
     if subject == "present":  # without a module banner, none of its keys can hold either
-        assert {r.check for r in found} == {check}
+        assert {r.check for r in found} == {finding.check}
         assert len(found) == 1 + len(CFX.module_banner)
     else:
-        assert [(r.check, r.subject) for r in found] == [(check, subject)], found
+        assert [(r.finding, r.subject) for r in found] == [(finding, subject)], found
+    assert found[0].finding == finding
     assert needle in found[0].message
     assert found[0].message.startswith("after the switch (S1): ")
 
@@ -171,6 +188,7 @@ def test_banner_from_an_earlier_boot_is_stale() -> None:
     snapshot.earlier_journal = [JournalLine(sdpa[0].message, EARLIER_BOOT, "old")]
     found = failures(check_profile(CFX, snapshot))
     assert [r.subject for r in found] == ["qwen36-sdpa-streaming"]
+    assert found[0].reason == Reason.BANNER_STALE
     assert f"seen only in an earlier boot ({EARLIER_BOOT})" in found[0].message
     assert "a stale banner does not count" in found[0].message
 
@@ -182,6 +200,7 @@ def test_banner_from_an_earlier_start_in_this_boot_does_not_count() -> None:
             line.invocation_id = "an-earlier-invocation"
     found = failures(check_profile(CFX, snapshot))
     assert [r.subject for r in found] == ["qwen36-sdpa-streaming"]
+    assert found[0].reason == Reason.BANNER_EARLIER_START
     assert "earlier start of the unit (invocation an-earlier-invocation)" in found[0].message
 
 
@@ -189,7 +208,9 @@ def test_consistency_banner_without_its_switch() -> None:
     snapshot = good_snapshot()
     _set_env("QWEN36_SDPA_STREAMING", None)(snapshot)
     found = failures(check_consistency(snapshot))
-    assert [r.subject for r in found] == ["sdpaStreaming"]
+    assert [(r.subject, r.reason) for r in found] == [
+        ("sdpaStreaming", Reason.CLAIM_WITHOUT_SWITCH)
+    ]
     assert "claims sdpaStreaming is on, but the live argv/env do not turn it on" in (
         found[0].message
     )
@@ -199,7 +220,9 @@ def test_consistency_switch_without_its_banner() -> None:
     snapshot = good_snapshot()
     _drop_lines("merge batch guard")(snapshot)
     found = failures(check_consistency(snapshot))
-    assert [r.subject for r in found] == ["mergeBatchGuard"]
+    assert [(r.subject, r.reason) for r in found] == [
+        ("mergeBatchGuard", Reason.SWITCH_WITHOUT_CLAIM)
+    ]
     assert "QWEN36_MERGE_BATCH_GUARD=1 in the environment turns mergeBatchGuard on" in (
         found[0].message
     )
@@ -211,7 +234,9 @@ def test_consistency_detail_mismatch() -> None:
     argv = snapshot.process.argv
     argv[argv.index("--mamba-cache-mode") + 1] = "all"
     found = failures(check_consistency(snapshot))
-    assert [r.subject for r in found] == ["prefixCaching"]
+    assert [(r.subject, r.reason) for r in found] == [
+        ("prefixCaching", Reason.CLAIM_DETAIL_DIFFERS)
+    ]
     assert "says `align`" in found[0].message
     assert "says `all`" in found[0].message
 
@@ -220,6 +245,7 @@ def test_consistency_without_a_process() -> None:
     snapshot = good_snapshot()
     snapshot.process = None
     found = failures(check_consistency(snapshot))
+    assert found[0].finding == Finding(Check.CONSISTENCY, Reason.NO_PROCESS)
     assert "no serving process" in found[0].message
 
 
@@ -229,18 +255,22 @@ def test_service_checks_fail_on_inactive_unit_and_dead_endpoints() -> None:
     snapshot.health.status = None
     snapshot.health.error = "curl: (7) Failed to connect"
     snapshot.models.body = '{"object": "list", "data": []}'
-    found = {r.check: r.message for r in failures(check_service(snapshot))}
-    assert "is failed" in found["service.active"]
-    assert "Failed to connect" in found["service.health"]
-    assert "the model list is empty" in found["service.models"]
+    found = {r.check: r for r in failures(check_service(snapshot))}
+    assert found[Check.SERVICE_ACTIVE].reason == Reason.NOT_ACTIVE
+    assert "is failed" in found[Check.SERVICE_ACTIVE].message
+    assert found[Check.SERVICE_HEALTH].reason == Reason.NOT_ANSWERING
+    assert "Failed to connect" in found[Check.SERVICE_HEALTH].message
+    assert found[Check.SERVICE_MODELS].reason == Reason.NO_MODEL
+    assert "the model list is empty" in found[Check.SERVICE_MODELS].message
 
 
 def test_a_section_that_could_not_be_read_fails_naming_it() -> None:
     snapshot = good_snapshot()
     assert [r.ok for r in check_evidence(snapshot)] == [True]
     snapshot.errors.append("container inspect failed: sh: 1: docker: not found")
-    found = [r for r in failures(check_service(snapshot)) if r.check == "snapshot.evidence"]
+    found = [r for r in failures(check_service(snapshot)) if r.check == Check.SNAPSHOT_EVIDENCE]
     assert len(found) == 1
+    assert found[0].reason == Reason.INCOMPLETE_SNAPSHOT
     assert "docker: not found" in found[0].message
     # Every consumer (scenario, controls, certification) goes through check_service.
     assert found[0] in failures(evaluate_stage(CFX, snapshot))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from scenario_support import BOOT, EARLIER_BOOT, failures, good_snapshot
+from scenario_support import BOOT, EARLIER_BOOT, good_snapshot
 
+from vmtests.contracts.findings import Check, Finding, Reason
 from vmtests.profiles import load_profile
 from vmtests.scenario.compare import (
     check_durable,
@@ -12,6 +13,7 @@ from vmtests.scenario.compare import (
     check_switched_system,
     diff_snapshots,
 )
+from vmtests.scenario.results import failures
 from vmtests.scenario.snapshot import Snapshot
 
 CFX = load_profile("cfx-llm2")
@@ -104,6 +106,7 @@ def test_the_switch_must_activate_the_pre_built_system() -> None:
     assert held.message == f"runs the pre-built {prebuilt}"
     s1.generations = {"/run/current-system": "/nix/store/bbbb-nixos-system-vm-test-cfx-llm2"}
     (found,) = failures(check_switched_system(s1, prebuilt))
+    assert found.finding == Finding(Check.SWITCHED_SYSTEM, Reason.OTHER_SYSTEM_ACTIVATED)
     assert found.message == (
         "after the switch (S1): runs /nix/store/bbbb-nixos-system-vm-test-cfx-llm2, not the "
         f"pre-built {prebuilt}: the switch activated another system than the one built on the "
@@ -111,5 +114,6 @@ def test_the_switch_must_activate_the_pre_built_system() -> None:
     )
     s1.generations = {}
     (found,) = failures(check_switched_system(s1, prebuilt))
+    assert found.finding == Finding(Check.SWITCHED_SYSTEM, Reason.OTHER_SYSTEM_ACTIVATED)
     assert "runs no /run/current-system, not the pre-built" in found.message
     assert check_switched_system(s1, None) == []

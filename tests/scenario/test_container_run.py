@@ -10,11 +10,11 @@ import json
 from pathlib import Path
 
 import pytest
-from scenario_support import failures
 
 from vmtests.scenario.collect import FILE_MARK, MARK, parse_snapshot
 from vmtests.scenario.container_run import parse_container_run
 from vmtests.scenario.redact import REDACTED, redact_text
+from vmtests.scenario.results import failures
 from vmtests.scenario.snapshot import Snapshot
 from vmtests.scenario.sources import check_restarted_after_change
 

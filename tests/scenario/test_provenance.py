@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from scenario_support import CFX_ARGS, UNIT_FILE, failures, good_snapshot
+from scenario_support import CFX_ARGS, UNIT_FILE, good_snapshot
 
+from vmtests.contracts.findings import Check, Finding, Reason
 from vmtests.profiles.loader import load_profile
+from vmtests.scenario.checks import evaluate_stage
 from vmtests.scenario.provenance import check_provenance, sourced_files
-from vmtests.scenario.scenario import evaluate_stage
+from vmtests.scenario.results import failures
 from vmtests.scenario.snapshot import Snapshot
 
 CFX = load_profile("cfx-llm2")
@@ -40,7 +42,7 @@ def test_a_variable_from_an_environment_file_under_run_is_flagged() -> None:
     snapshot.unit.properties["EnvironmentFiles"] = f"{RUN_ENV} (ignore_errors=no)"
     snapshot.unit.sources[RUN_ENV] = "QWEN36_SDPA_STREAMING=1\n"
     (bad,) = failures(evaluate_stage(CFX, snapshot))
-    assert bad.check == "source.provenance"
+    assert bad.finding == Finding(Check.PROVENANCE, Reason.RUNTIME_ENV_FILE)
     assert bad.subject == "QWEN36_SDPA_STREAMING"
     assert bad.message == (
         "after the switch (S1): QWEN36_SDPA_STREAMING=1 reaches the server from "
@@ -61,6 +63,7 @@ def test_flags_from_a_durable_wrapper_that_sources_a_run_file_are_flagged() -> N
     snapshot.unit.sources[flags] = f'FLAGS="{" ".join(CFX_ARGS)}"\n'
     bad = [r for r in failures(check_provenance(snapshot)) if r.subject == "--no-async-scheduling"]
     assert len(bad) == 1
+    assert bad[0].finding == Finding(Check.PROVENANCE, Reason.RUNTIME_SOURCED_FILE)
     assert bad[0].message == (
         "after the switch (S1): `--no-async-scheduling` reaches the server from "
         f"{flags} (read by the wrapper script {wrapper}) ({flags} is under /run "
@@ -75,6 +78,7 @@ def test_docker_env_file_under_run_is_flagged() -> None:
     snapshot.unit.files[UNIT_FILE] += f"\nExecStartPre=/bin/true --env-file {env_file}"
     snapshot.unit.sources[env_file] = "QWEN36_MERGE_BATCH_GUARD=1\n"
     (bad,) = failures(check_provenance(snapshot))
+    assert bad.reason == Reason.RUNTIME_ENV_FILE
     assert f"from docker --env-file {env_file}" in bad.message
 
 
@@ -82,6 +86,7 @@ def test_an_environment_generator_under_run_is_flagged() -> None:
     snapshot = good_snapshot()
     snapshot.env_generators = ["/run/systemd/system-environment-generators/50-serving"]
     (bad,) = failures(check_provenance(snapshot))
+    assert bad.reason == Reason.RUNTIME_GENERATOR
     assert "environment generator /run/systemd/system-environment-generators/50-serving" in (
         bad.message
     )
@@ -95,7 +100,7 @@ def test_an_unrelated_manager_variable_is_information_only() -> None:
     snapshot.process.environment["EDITOR"] = "vi"
     results = evaluate_stage(CFX, snapshot)
     assert failures(results) == []
-    (note,) = [r for r in results if r.check == "source.unrelated"]
+    (note,) = [r for r in results if r.check == Check.UNRELATED]
     assert note.informational
     assert note.message == (
         "EDITOR is set in the service manager's environment but does not configure serving "
@@ -119,7 +124,7 @@ def test_an_unrelated_runtime_drop_in_is_information_only() -> None:
     snapshot.unit.files[drop_in] = "[Service]\nCPUWeight=50\n"
     results = evaluate_stage(CFX, snapshot)
     assert failures(results) == []
-    notes = [r for r in results if r.check == "source.unrelated"]
+    notes = [r for r in results if r.check == Check.UNRELATED]
     assert [n.subject for n in notes] == [drop_in]
     assert "sets only CPUWeight" in notes[0].message
 
@@ -147,8 +152,27 @@ def test_docker_env_file_in_the_start_script_is_named_as_such() -> None:
     snapshot.unit.sources[script] = f"#!/bin/bash\nexec docker run --env-file {env_file} image\n"
     snapshot.unit.sources[env_file] = "QWEN36_MERGE_BATCH_GUARD=1\n"
     (bad,) = failures(check_provenance(snapshot))
+    assert bad.reason == Reason.RUNTIME_ENV_FILE
     assert bad.message == (
         "after the switch (S1): QWEN36_MERGE_BATCH_GUARD=1 reaches the server from docker "
         f"--env-file {env_file} ({env_file} is under /run (runtime-only)): it will be gone "
         "after the next reboot"
     )
+
+
+def test_an_env_file_under_run_taints_variables_not_the_script_s_flags() -> None:
+    """A durable start script that passes ``--env-file /run/...``: the variables may come from
+    the file, the flags written in the script cannot."""
+    snapshot = good_snapshot()
+    _unit_without(snapshot, "QWEN36_MERGE_BATCH_GUARD")
+    _unit_without(snapshot, "ExecStart=")
+    env_file = "/run/serving/docker.env"
+    script = "/usr/lib/vmtests/store/x-tenstorrent-serving-start/bin/tenstorrent-serving-start"
+    snapshot.unit.sources[script] = (
+        f"#!/bin/bash\nexec docker run --env-file {env_file} image {' '.join(CFX_ARGS)}\n"
+    )
+    snapshot.unit.sources[env_file] = "QWEN36_MERGE_BATCH_GUARD=1\n"
+    bad = failures(check_provenance(snapshot))
+    assert [(r.subject, r.reason) for r in bad] == [
+        ("QWEN36_MERGE_BATCH_GUARD", Reason.RUNTIME_ENV_FILE)
+    ]

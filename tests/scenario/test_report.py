@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 from scenario_support import good_snapshot
 
+from vmtests.contracts.findings import Check, Finding, Reason
 from vmtests.profiles import load_profile
 from vmtests.report import (
     markdown_summary,
@@ -17,9 +18,10 @@ from vmtests.report import (
     write_controls_report,
     write_scenario_report,
 )
+from vmtests.scenario.checks import evaluate_stage
 from vmtests.scenario.compare import diff_snapshots
 from vmtests.scenario.controls import ControlOutcome
-from vmtests.scenario.scenario import ScenarioResult, evaluate_stage
+from vmtests.scenario.scenario import ScenarioResult
 
 CFX = load_profile("cfx-llm2")
 
@@ -49,14 +51,15 @@ def _result(broken: bool) -> ScenarioResult:
 def test_reports_of_a_failed_run(tmp_path: Path) -> None:
     result = _result(broken=True)
     result.error = "WaitTimeout: --api-key sk-secret-1"
-    controls = [ControlOutcome("runtime drop-in", "m", "source.runtime-drop-in", True, "caught")]
+    drop_in = Finding(Check.RUNTIME_DROP_IN, Reason.RUNTIME_DROP_IN)
+    controls = [ControlOutcome("runtime drop-in", "m", drop_in, True, "caught")]
     paths = write_scenario_report(result, tmp_path, controls=controls)
     data = json.loads(paths["json"].read_text())
     assert data["ok"] is False
     # The profile misses the flag, and the process no longer matches the unit's ExecStart.
-    assert [(f["check"], f["subject"]) for f in data["failures"]] == [
-        ("profile.args", "--no-async-scheduling"),
-        ("source.not-restarted", "tenstorrent-serving.service"),
+    assert [(f["check"], f["reason"], f["subject"]) for f in data["failures"]] == [
+        ("profile.args", "arg-missing", "--no-async-scheduling"),
+        ("source.not-restarted", "argv-differs", "tenstorrent-serving.service"),
     ]
     assert data["diffs"][0]["field"] == "process.argv"
     assert set(data["snapshots"]) == {"S1", "S2"}
@@ -70,7 +73,9 @@ def test_reports_of_a_failed_run(tmp_path: Path) -> None:
     assert failed_case.get("name") == "--no-async-scheduling"
     markdown = paths["markdown"].read_text()
     assert "| argv has `--no-async-scheduling` | - | pass | FAIL |" in markdown
-    assert "| runtime drop-in | yes | source.runtime-drop-in | caught |" in markdown
+    assert (
+        "| runtime drop-in | yes | source.runtime-drop-in (runtime-drop-in) | caught |" in markdown
+    )
     for path in paths.values():
         assert "sk-secret-1" not in path.read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["junit.xml", "report.json", "summary.md"]
@@ -100,13 +105,22 @@ def test_interrupted_run_is_reported_as_such(tmp_path: Path) -> None:
 
 
 def test_controls_report_lists_undetected_controls(tmp_path: Path) -> None:
+    masked = Finding(Check.HUGEPAGE_SOURCE, Reason.HUGEPAGE_UNIT_MASKED)
     outcomes = [
-        ControlOutcome("a", "m", "c", True, "message a"),
-        ControlOutcome("b", "m", "c", False, "NOT DETECTED"),
+        ControlOutcome("a", "m", masked, True, "message a"),
+        ControlOutcome("b", "m", masked, False, "NOT DETECTED"),
+        ControlOutcome("c", "m", None, True, "no alarm, as required"),
     ]
     paths = write_controls_report(outcomes, [], tmp_path)
-    assert json.loads(paths["json"].read_text())["all_detected"] is False
-    assert "| b | **NO** | c | NOT DETECTED |" in paths["markdown"].read_text()
+    data = json.loads(paths["json"].read_text())
+    assert data["all_detected"] is False
+    assert (data["controls"][0]["check"], data["controls"][0]["reason"]) == (
+        "source.hugepages",
+        "hugepage-unit-masked",
+    )
+    markdown = paths["markdown"].read_text()
+    assert "| b | **NO** | source.hugepages (hugepage-unit-masked) | NOT DETECTED |" in markdown
+    assert "| c | yes | none (false-alarm control) | no alarm, as required |" in markdown
 
 
 def test_atomic_write_replaces_and_leaves_no_temporary(tmp_path: Path) -> None:

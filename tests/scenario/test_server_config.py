@@ -6,13 +6,13 @@ import dataclasses
 
 import pytest
 import requests
-from scenario_support import CACHE_CONFIG_INFO, ENGINE_LINE, failures, good_snapshot
+from scenario_support import CACHE_CONFIG_INFO, ENGINE_LINE, good_snapshot
 
 from vmtests.guest.local_stub import LocalStubServer
 from vmtests.profiles.loader import load_profile
-from vmtests.scenario.checks import check_consistency
+from vmtests.scenario.checks import check_consistency, evaluate_stage
 from vmtests.scenario.collect import parse_snapshot
-from vmtests.scenario.scenario import evaluate_stage
+from vmtests.scenario.results import failures
 from vmtests.scenario.server_config import (
     check_server_config,
     describe,

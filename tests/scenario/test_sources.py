@@ -1,4 +1,4 @@
-"""Unit tests of the runtime-only-source checks: each catches its own mechanism, by message."""
+"""Unit tests of the runtime-only-source checks: each catches its own mechanism, by finding."""
 
 from __future__ import annotations
 
@@ -6,41 +6,63 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
-from scenario_support import GIB_KIB, failures, good_snapshot
+from scenario_support import GIB_KIB, good_snapshot
 
+from vmtests.contracts.findings import Check, Finding, Reason
+from vmtests.scenario.results import failures
 from vmtests.scenario.snapshot import Snapshot
 from vmtests.scenario.sources import check_sources, is_runtime_path, origin_of
 
 DROP_IN = "/run/systemd/system/tenstorrent-serving.service.d/50-validated.conf"
+Mutate = Callable[[Snapshot], None]
+MECHANISMS: list[tuple[Finding, Mutate, str]] = []
+"""Each mechanism below, the finding that must catch it and a phrase its message must hold."""
 
 
+def caught_by(check: Check, reason: Reason, needle: str) -> Callable[[Mutate], Mutate]:
+    """Register the decorated mechanism in ``MECHANISMS`` with what must catch it."""
+
+    def register(mutate: Mutate) -> Mutate:
+        MECHANISMS.append((Finding(check, reason), mutate, needle))
+        return mutate
+
+    return register
+
+
+@caught_by(Check.RUNTIME_DROP_IN, Reason.RUNTIME_DROP_IN, "is runtime-only (under /run)")
 def _runtime_drop_in(snapshot: Snapshot) -> None:
     snapshot.unit.properties["DropInPaths"] = DROP_IN
     snapshot.unit.files[DROP_IN] = "[Service]\nEnvironment=QWEN36_SDPA_STREAMING=1\n"
 
 
+@caught_by(Check.RUNTIME_UNIT_FILE, Reason.RUNTIME_UNIT_FILE, "runtime-only unit file")
 def _runtime_fragment(snapshot: Snapshot) -> None:
     snapshot.unit.properties["FragmentPath"] = "/run/systemd/transient/tenstorrent-serving.service"
 
 
+@caught_by(Check.MANAGER_ENVIRONMENT, Reason.MANAGER_VARIABLE, "set-environment)")
 def _manager_environment(snapshot: Snapshot) -> None:
     snapshot.manager_environment["QWEN36_SDPA_STREAMING"] = "1"
 
 
+@caught_by(Check.NOT_RELOADED, Reason.NEED_DAEMON_RELOAD, "(NeedDaemonReload=yes)")
 def _not_reloaded(snapshot: Snapshot) -> None:
     snapshot.unit.properties["NeedDaemonReload"] = "yes"
 
 
+@caught_by(Check.NOT_RESTARTED, Reason.ARGV_DIFFERS, "the unit's ExecStart is now")
 def _argv_not_restarted(snapshot: Snapshot) -> None:
     assert snapshot.process is not None
     snapshot.process.argv.remove("--no-async-scheduling")
 
 
+@caught_by(Check.NOT_RESTARTED, Reason.ENVIRONMENT_DIFFERS, "QWEN36_MERGE_BATCH_GUARD")
 def _env_not_restarted(snapshot: Snapshot) -> None:
     assert snapshot.process is not None
     del snapshot.process.environment["QWEN36_MERGE_BATCH_GUARD"]
 
 
+@caught_by(Check.OUTSIDE_UNIT, Reason.OUTSIDE_UNIT, "is pid 4242")
 def _outside_unit(snapshot: Snapshot) -> None:
     assert snapshot.listener is not None
     snapshot.listener.pid = 4242
@@ -48,45 +70,34 @@ def _outside_unit(snapshot: Snapshot) -> None:
     snapshot.unit.properties.update(ActiveState="inactive", MainPID="0")
 
 
+@caught_by(Check.OUTSIDE_UNIT, Reason.LISTENER_UNKNOWN, "`ss -ltnp` (iproute2)")
 def _listener_not_found(snapshot: Snapshot) -> None:
     """What a guest without `ss` produces: the server answers but no listener is recorded."""
     snapshot.listener = None
 
 
+@caught_by(Check.NOT_ENABLED, Reason.NOT_ENABLED, "it will not start at the next boot")
 def _not_enabled(snapshot: Snapshot) -> None:
     snapshot.unit.properties["UnitFileState"] = "disabled"
 
 
+@caught_by(Check.HUGEPAGE_SOURCE, Reason.HUGEPAGES_RUNTIME_ONLY, "written at runtime")
 def _runtime_hugepages(snapshot: Snapshot) -> None:
     snapshot.hugepages.unit.properties = {"LoadState": "not-found"}
 
 
+@caught_by(Check.HUGEPAGE_SOURCE, Reason.HUGEPAGE_UNIT_MASKED, "is masked")
 def _masked_hugepages(snapshot: Snapshot) -> None:
     snapshot.hugepages.unit.properties.update(LoadState="masked", UnitFileState="masked")
 
 
+@caught_by(Check.GENERATION, Reason.BOOT_DEFAULT_DIFFERS, "did not set the boot default")
 def _generation(snapshot: Snapshot) -> None:
     snapshot.generations = {
         "/run/current-system": "/nix/store/new-system",
         "/run/booted-system": "/nix/store/old-system",
         "/nix/var/nix/profiles/system": "/nix/store/old-system",
     }
-
-
-MECHANISMS: list[tuple[str, Callable[[Snapshot], None], str]] = [
-    ("source.runtime-drop-in", _runtime_drop_in, "is runtime-only (under /run) and vanishes"),
-    ("source.runtime-unit-file", _runtime_fragment, "a runtime-only unit file under /run"),
-    ("source.manager-environment", _manager_environment, "(systemctl set-environment)"),
-    ("source.not-reloaded", _not_reloaded, "(NeedDaemonReload=yes)"),
-    ("source.not-restarted", _argv_not_restarted, "but the unit's ExecStart is now"),
-    ("source.not-restarted", _env_not_restarted, "the unit now sets QWEN36_MERGE_BATCH_GUARD"),
-    ("source.outside-unit", _outside_unit, "is pid 4242"),
-    ("source.outside-unit", _listener_not_found, "could be found with `ss -ltnp` (iproute2)"),
-    ("source.not-enabled", _not_enabled, "it will not start at the next boot"),
-    ("source.hugepages", _runtime_hugepages, "written at runtime and will be gone"),
-    ("source.hugepages", _masked_hugepages, "is masked"),
-    ("source.generation", _generation, "the switch did not set the boot default"),
-]
 
 
 def test_correct_snapshot_has_durable_sources() -> None:
@@ -103,25 +114,25 @@ def test_correct_snapshot_has_durable_sources() -> None:
 
 
 @pytest.mark.parametrize(
-    ("check", "mutate", "needle"), MECHANISMS, ids=[m[1].__name__.strip("_") for m in MECHANISMS]
+    ("finding", "mutate", "needle"), MECHANISMS, ids=[m[1].__name__.strip("_") for m in MECHANISMS]
 )
-def test_each_runtime_source_is_flagged_with_its_own_message(
-    check: str, mutate: Callable[[Snapshot], None], needle: str
+def test_each_runtime_source_is_flagged_with_its_own_finding(
+    finding: Finding, mutate: Mutate, needle: str
 ) -> None:
     snapshot = good_snapshot()
     mutate(snapshot)
     found = failures(check_sources(snapshot, GIB_KIB))
-    assert [r.check for r in found] == [check], found
+    assert [r.finding for r in found] == [finding], found
     assert needle in found[0].message
 
 
-def test_messages_of_different_mechanisms_differ() -> None:
-    messages = set()
+def test_findings_of_different_mechanisms_differ() -> None:
+    found = set()
     for _, mutate, _ in MECHANISMS:
         snapshot = good_snapshot()
         mutate(snapshot)
-        messages.add(failures(check_sources(snapshot, GIB_KIB))[0].message)
-    assert len(messages) == len(MECHANISMS)
+        found.add(failures(check_sources(snapshot, GIB_KIB))[0].finding)
+    assert len(found) == len(MECHANISMS)
 
 
 def test_boot_time_sysctl_or_cmdline_also_source_hugepages() -> None:

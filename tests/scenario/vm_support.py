@@ -62,7 +62,7 @@ def assert_scenario_passed(scenario: Scenario, machine: QemuMachine, report_dir:
     # The base boot really lacked the profile (the switch changed something) ...
     assert any(c.stage == "S0" and not c.ok and c.informational for c in result.checks)
     # ... and the base profile held there, not by accident: it is checked, not informational.
-    assert any(c.check.startswith("base profile.") and c.ok for c in result.checks)
+    assert any(c.base and c.check.startswith("profile.") and c.ok for c in result.checks)
     # S1 and S2 come from two boots and two starts of the unit.
     assert s0.boot_id == s1.boot_id != s2.boot_id
     assert len({s0.unit.invocation_id, s1.unit.invocation_id, s2.unit.invocation_id}) == 3

@@ -150,8 +150,8 @@ class SwitchRecord:
 
 def verify(config: Configuration, snapshot: Snapshot) -> list[str]:
     """What does not hold after a switch to ``config``: service, profile, digest."""
-    failures = [str(r) for r in check_service(snapshot) + check_profile(config.profile, snapshot)]
-    failures = [text for text in failures if text.startswith("[FAIL]")]
+    results = check_service(snapshot) + check_profile(config.profile, snapshot)
+    failures = [str(result) for result in results if result.failed]
     digest = hostops.config_digest(snapshot)
     if digest != config.digest:
         failures.append(

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from vmtests.contracts.features import module_banner_tag
+from vmtests.contracts.findings import Reason
 from vmtests.profiles.schema import HUGEPAGE_SIZES_KIB, Profile
 
 
@@ -18,11 +19,11 @@ from vmtests.profiles.schema import HUGEPAGE_SIZES_KIB, Profile
 class Mismatch:
     """One expectation that does not hold.
 
-    ``kind`` is one of arg-missing, arg-forbidden, arg-value, env-missing, env-value,
-    env-forbidden, module-banner, hugepages; ``subject`` is the flag, variable or banner key.
+    ``kind`` says which (``Reason.ARG_MISSING``, ``ENV_VALUE``, ``MODULE_BANNER_VALUE``,
+    ``HUGEPAGES_COUNT``, ...); ``subject`` is the flag, variable or banner key.
     """
 
-    kind: str
+    kind: Reason
     subject: str
     message: str
 
@@ -50,7 +51,7 @@ def match_args(profile: Profile, argv: Sequence[str]) -> list[Mismatch]:
         if not values:
             mismatches.append(
                 Mismatch(
-                    "arg-missing",
+                    Reason.ARG_MISSING,
                     expected.flag,
                     f"profile {profile.name}: `{expected.flag}` is missing from the argv: {shown}",
                 )
@@ -59,7 +60,7 @@ def match_args(profile: Profile, argv: Sequence[str]) -> list[Mismatch]:
         elif expected.value is not None and values[-1] != expected.value:
             mismatches.append(
                 Mismatch(
-                    "arg-value",
+                    Reason.ARG_VALUE,
                     expected.flag,
                     f"profile {profile.name}: `{expected.flag}` must be immediately followed by "
                     f"`{expected.value}`, found `{values[-1]}` in the argv: {shown}",
@@ -69,7 +70,7 @@ def match_args(profile: Profile, argv: Sequence[str]) -> list[Mismatch]:
         if _flag_values(argv, flag):
             mismatches.append(
                 Mismatch(
-                    "arg-forbidden",
+                    Reason.ARG_FORBIDDEN,
                     flag,
                     f"profile {profile.name}: `{flag}` must not appear, but the argv has it: "
                     f"{shown}",
@@ -85,7 +86,7 @@ def match_environment(profile: Profile, env: Mapping[str, str]) -> list[Mismatch
         if name not in env:
             mismatches.append(
                 Mismatch(
-                    "env-missing",
+                    Reason.ENV_MISSING,
                     name,
                     f"profile {profile.name}: environment variable `{name}` must be set to "
                     f"`{value}`, but it is not set",
@@ -94,7 +95,7 @@ def match_environment(profile: Profile, env: Mapping[str, str]) -> list[Mismatch
         elif env[name] != value:
             mismatches.append(
                 Mismatch(
-                    "env-value",
+                    Reason.ENV_VALUE,
                     name,
                     f"profile {profile.name}: environment variable `{name}` must be `{value}`, "
                     f"found `{env[name]}`",
@@ -104,7 +105,7 @@ def match_environment(profile: Profile, env: Mapping[str, str]) -> list[Mismatch
         if name in env:
             mismatches.append(
                 Mismatch(
-                    "env-forbidden",
+                    Reason.ENV_FORBIDDEN,
                     name,
                     f"profile {profile.name}: environment variable `{name}` must be absent, "
                     f"found `{name}={env[name]}`",
@@ -145,7 +146,7 @@ def match_module_banner(profile: Profile, pairs: Mapping[str, str]) -> list[Mism
             seen = "it is missing" if found is None else f"found `{key}={found}`"
             mismatches.append(
                 Mismatch(
-                    "module-banner",
+                    Reason.MODULE_BANNER_VALUE,
                     key,
                     f"profile {profile.name}: module banner must say `{key}={value}`, {seen}",
                 )
@@ -167,7 +168,7 @@ def match_hugepages(profile: Profile, count: int, size_kib: int) -> list[Mismatc
         found = sizes.get(size_kib, f"{size_kib} KiB")
         return [
             Mismatch(
-                "hugepages",
+                Reason.HUGEPAGES_SIZE,
                 "size",
                 f"profile {profile.name}: hugepages must be {expected.size} pages "
                 f"({expected.size_kib} KiB), checked the {found} pool",
@@ -176,7 +177,7 @@ def match_hugepages(profile: Profile, count: int, size_kib: int) -> list[Mismatc
     if count != expected.count:
         return [
             Mismatch(
-                "hugepages",
+                Reason.HUGEPAGES_COUNT,
                 "count",
                 f"profile {profile.name}: {expected.count} x {expected.size} hugepages must be "
                 f"reserved at boot, found {count}",

@@ -6,43 +6,47 @@ shared with the certification preflight). A host without tt-smi is reported as i
 
 from __future__ import annotations
 
+from vmtests.contracts.findings import Check, Reason
 from vmtests.scenario.results import CheckResult, as_informational, failed, passed
 from vmtests.scenario.snapshot import Snapshot
 from vmtests.tt_smi_parse import TtSmiError, parse_snapshot
-
-CHECK = "device.tt-smi"
 
 
 def check_card(snapshot: Snapshot) -> list[CheckResult]:
     """tt-smi answers, lists a P150 whose id decodes to its type, and the card is held."""
     stage, result = snapshot.label, snapshot.tt_smi
     if result.status is None:
-        note = passed(stage, CHECK, "tt-smi", f"card not inspected: {result.error}")
+        note = passed(stage, Check.CARD, "tt-smi", f"card not inspected: {result.error}")
         return as_informational([note])
     if result.status != 0:
         first = next((line for line in result.body.splitlines() if line.strip()), "")
         message = f"tt-smi -s exited {result.status}: {first.strip()}"
-        return [failed(stage, CHECK, "tt-smi", message)]
+        return [failed(stage, Check.CARD, "tt-smi", Reason.TT_SMI_FAILED, message)]
     try:
         card = parse_snapshot(result.body)
     except TtSmiError as error:
-        return [failed(stage, CHECK, "tt-smi", str(error))]
+        return [failed(stage, Check.CARD, "tt-smi", Reason.TT_SMI_UNREADABLE, str(error))]
     p150 = [board for board in card.boards if board.is_p150]
     if not p150:
         seen = ", ".join(f"{b.board_type} ({b.board_id})" for b in card.boards) or "no board"
-        return [failed(stage, CHECK, "board", f"tt-smi lists no P150 board: {seen}")]
+        return [
+            failed(
+                stage, Check.CARD, "board", Reason.NO_P150, f"tt-smi lists no P150 board: {seen}"
+            )
+        ]
     boards = ", ".join(f"{b.board_type} {b.board_id} at {b.bus_id}" for b in p150)
-    results = [passed(stage, CHECK, "board", f"{boards} ({card.driver})")]
+    results = [passed(stage, Check.CARD, "board", f"{boards} ({card.driver})")]
     holders = [f"pid {p.pid} on device {p.device}" for p in card.processes]
     if snapshot.unit.active_state == "active" and not holders:
         results.append(
             failed(
                 stage,
-                CHECK,
+                Check.CARD,
                 "holder",
+                Reason.CARD_NOT_HELD,
                 f"{snapshot.unit.name} is active but tt-smi shows no process holding the card",
             )
         )
     else:
-        results.append(passed(stage, CHECK, "holder", ", ".join(holders) or "card idle"))
+        results.append(passed(stage, Check.CARD, "holder", ", ".join(holders) or "card idle"))
     return results

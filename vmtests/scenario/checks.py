@@ -1,4 +1,5 @@
-"""Check one snapshot against an expectation ``Profile``, and argv/env against the banners.
+"""Check one snapshot against an expectation ``Profile``, and argv/env against the banners;
+``evaluate_stage`` runs every single-snapshot check.
 
 The comparisons themselves are ``vmtests.profiles.expectations`` (shared with the eval tier);
 this module turns them into one ``CheckResult`` per expectation and stage, and adds context:
@@ -13,6 +14,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from vmtests.contracts.findings import Check, Reason
 from vmtests.profiles import Profile
 from vmtests.profiles.expectations import (
     Mismatch,
@@ -23,97 +25,105 @@ from vmtests.profiles.expectations import (
     parse_module_banner,
 )
 from vmtests.scenario.banners import features_claimed, features_turned_on, module_banner_lines
+from vmtests.scenario.card import check_card
+from vmtests.scenario.provenance import check_provenance
 from vmtests.scenario.results import CheckResult, failed, passed, stage_phrase
+from vmtests.scenario.server_config import check_server_config
 from vmtests.scenario.snapshot import JournalLine, Snapshot
-from vmtests.scenario.sources import origin_of
-
-SERVER_CHECK = "server.cache-config"  # the rows of vmtests.scenario.server_config
+from vmtests.scenario.sources import check_sources, origin_of
 
 
 @dataclass(frozen=True)
 class Row:
     """One expectation of a profile: the unit of the report's expectations x stages table."""
 
-    check: str
+    check: Check
     subject: str
     label: str
-    kinds: frozenset[str]
+    kinds: frozenset[Reason]
 
 
 def profile_rows(profile: Profile) -> list[Row]:
     """Every expectation of ``profile`` as a row, in profile order."""
     rows = [
-        Row("profile.args", a.flag, f"argv has `{a}`", frozenset({"arg-missing", "arg-value"}))
+        Row(Check.PROFILE_ARGS, a.flag, f"argv has `{a}`", _PRESENT_ARG)
         for a in profile.args_present
     ]
     rows += [
-        Row("profile.args", f, f"argv lacks `{f}`", frozenset({"arg-forbidden"}))
+        Row(Check.PROFILE_ARGS, f, f"argv lacks `{f}`", frozenset({Reason.ARG_FORBIDDEN}))
         for f in profile.args_absent
     ]
     rows += [
-        Row("profile.env", n, f"env `{n}={v}`", frozenset({"env-missing", "env-value"}))
-        for n, v in profile.env_set.items()
+        Row(Check.PROFILE_ENV, n, f"env `{n}={v}`", _SET_ENV) for n, v in profile.env_set.items()
     ]
     rows += [
-        Row("profile.env", n, f"env lacks `{n}`", frozenset({"env-forbidden"}))
+        Row(Check.PROFILE_ENV, n, f"env lacks `{n}`", frozenset({Reason.ENV_FORBIDDEN}))
         for n in profile.env_absent
     ]
     rows += [
-        Row("profile.banner", b.name, f"banner {b.name}", frozenset())
+        Row(Check.PROFILE_BANNER, b.name, f"banner {b.name}", frozenset())
         for b in profile.banners_present
     ]
     rows += [
-        Row("profile.banner", b.name, f"no banner {b.name}", frozenset())
+        Row(Check.PROFILE_BANNER, b.name, f"no banner {b.name}", frozenset())
         for b in profile.banners_absent
     ]
-    rows.append(Row("profile.module-banner", "present", "module banner logged", frozenset()))
+    rows.append(Row(Check.PROFILE_MODULE_BANNER, "present", "module banner logged", frozenset()))
     rows += [
-        Row("profile.module-banner", k, f"module banner `{k}={v}`", frozenset({"module-banner"}))
+        Row(Check.PROFILE_MODULE_BANNER, k, f"module banner `{k}={v}`", _BANNER_VALUE)
         for k, v in profile.module_banner.items()
     ]
     rows += [
-        Row(SERVER_CHECK, k, f"server reports `{k}={v}`", frozenset())
+        Row(Check.SERVER_CACHE_CONFIG, k, f"server reports `{k}={v}`", frozenset())
         for k, v in profile.server_config.items()
     ]
     if profile.hugepages is not None:
         hp = profile.hugepages
-        rows.append(
-            Row(
-                "profile.hugepages",
-                "hugepages",
-                f"{hp.count} x {hp.size}",
-                frozenset({"hugepages"}),
-            )
-        )
+        rows.append(Row(Check.PROFILE_HUGEPAGES, "hugepages", f"{hp.count} x {hp.size}", _PAGES))
     return rows
 
 
-_ATTRIBUTABLE = frozenset({"profile.args", "profile.env"})
+_PRESENT_ARG = frozenset({Reason.ARG_MISSING, Reason.ARG_VALUE})
+_SET_ENV = frozenset({Reason.ENV_MISSING, Reason.ENV_VALUE})
+_BANNER_VALUE = frozenset({Reason.MODULE_BANNER_VALUE})
+_PAGES = frozenset({Reason.HUGEPAGES_COUNT, Reason.HUGEPAGES_SIZE})
+_ATTRIBUTABLE = frozenset({Check.PROFILE_ARGS, Check.PROFILE_ENV})
 
 
 def _row_mismatches(row: Row, mismatches: list[Mismatch]) -> list[Mismatch]:
     """The mismatches that make ``row`` fail (hugepages mismatches name count/size)."""
-    if row.check == "profile.hugepages":
-        return [m for m in mismatches if m.kind == "hugepages"]
+    if row.check == Check.PROFILE_HUGEPAGES:
+        return [m for m in mismatches if m.kind in row.kinds]
     return [m for m in mismatches if m.subject == row.subject and m.kind in row.kinds]
 
 
-def _module_pairs(snapshot: Snapshot) -> tuple[dict[str, str] | None, str]:
-    """The parsed module banner of the current start, or None and why not."""
+@dataclass(frozen=True)
+class ModuleBanner:
+    """The module banner of the current start: its pairs, or why there are none."""
+
+    pairs: dict[str, str] | None
+    reason: Reason = Reason.MODULE_BANNER_MISSING
+    problem: str = ""
+
+
+def _module_pairs(snapshot: Snapshot) -> ModuleBanner:
+    """The parsed module banner of the current start, or why there is none."""
     lines = module_banner_lines(snapshot.current_lines())
     if not lines:
-        return None, "no module banner in this boot's log of the current start"
+        return ModuleBanner(
+            None, problem="no module banner in this boot's log of the current start"
+        )
     try:
-        return parse_module_banner(lines[-1].message), ""
+        return ModuleBanner(parse_module_banner(lines[-1].message))
     except ValueError as error:
-        return None, str(error)
+        return ModuleBanner(None, Reason.MODULE_BANNER_MALFORMED, str(error))
 
 
 def _mismatches(profile: Profile, snapshot: Snapshot) -> list[Mismatch]:
     mismatches = match_args(profile, snapshot.argv) + match_environment(
         profile, snapshot.environment
     )
-    pairs, _ = _module_pairs(snapshot)
+    pairs = _module_pairs(snapshot).pairs
     if pairs is not None:
         mismatches += match_module_banner(profile, pairs)
     if profile.hugepages is not None:
@@ -124,20 +134,21 @@ def _mismatches(profile: Profile, snapshot: Snapshot) -> list[Mismatch]:
 
 def _seen_earlier(
     pattern: re.Pattern[str], lines: Sequence[JournalLine], snapshot: Snapshot
-) -> str:
-    """Where a banner missing now was last seen: an earlier start or an earlier boot."""
+) -> tuple[Reason, str]:
+    """Why a banner is missing now: never seen, or seen in an earlier start or an earlier boot
+    (and a phrase that says where)."""
     for line in reversed(lines):
         if pattern.search(line.message):
             if line.boot_id and line.boot_id != snapshot.boot_id:
-                return (
+                return Reason.BANNER_STALE, (
                     f"; it was seen only in an earlier boot ({line.boot_id}): a stale banner "
                     "does not count"
                 )
-            return (
+            return Reason.BANNER_EARLIER_START, (
                 "; it was seen only in an earlier start of the unit "
                 f"(invocation {line.invocation_id})"
             )
-    return ""
+    return Reason.BANNER_MISSING, ""
 
 
 def check_profile(
@@ -153,24 +164,24 @@ def check_profile(
     before = _mismatches(profile, previous) if previous is not None else []
     current = snapshot.current_lines()
     older = snapshot.older_lines()
-    pairs, pairs_problem = _module_pairs(snapshot)
+    banner = _module_pairs(snapshot)
     source = _process_phrase(snapshot)
     results: list[CheckResult] = []
     for row in profile_rows(profile):
-        if row.check == SERVER_CHECK:
+        if row.check == Check.SERVER_CACHE_CONFIG:
             continue  # vmtests.scenario.server_config checks these
-        if row.check == "profile.banner":
+        if row.check == Check.PROFILE_BANNER:
             results.append(_banner_result(profile, snapshot, row, current, older))
             continue
-        if row.check == "profile.module-banner" and pairs is None:
-            results.append(failed(stage, row.check, row.subject, pairs_problem))
+        if row.check == Check.PROFILE_MODULE_BANNER and banner.pairs is None:
+            results.append(failed(stage, row.check, row.subject, banner.reason, banner.problem))
             continue
         found = _row_mismatches(row, mismatches)
         if not found:
             results.append(passed(stage, row.check, row.subject, f"{row.label}: holds"))
             continue
         message = found[0].message
-        if row.check in {"profile.args", "profile.env"}:
+        if row.check in _ATTRIBUTABLE:
             message += f" (live {source})"
         if previous is not None:
             if not _row_mismatches(row, before):
@@ -178,7 +189,7 @@ def check_profile(
             origin = origin_of(previous, row.subject) if row.check in _ATTRIBUTABLE else ""
             if origin:
                 message += f"; {origin}"
-        results.append(failed(stage, row.check, row.subject, message))
+        results.append(failed(stage, row.check, row.subject, found[0].kind, message))
     return results
 
 
@@ -197,11 +208,12 @@ def _banner_result(
         hits = [line for line in current if expectation.pattern.search(line.message)]
         if hits:
             return passed(stage, row.check, row.subject, f"logged: {hits[-1].message.strip()}")
-        history = _seen_earlier(expectation.pattern, older, snapshot)
+        reason, history = _seen_earlier(expectation.pattern, older, snapshot)
         return failed(
             stage,
             row.check,
             row.subject,
+            reason,
             f"profile {profile.name}: banner {row.subject} (/{expectation.pattern.pattern}/) is "
             f"missing from this boot's log of the current start of {snapshot.unit.name}" + history,
         )
@@ -213,6 +225,7 @@ def _banner_result(
         stage,
         row.check,
         row.subject,
+        Reason.BANNER_FORBIDDEN,
         f"profile {profile.name}: banner {row.subject} must not appear, but the current start "
         f"logged: {hits[-1].message.strip()}",
     )
@@ -229,9 +242,9 @@ def _process_phrase(snapshot: Snapshot) -> str:
 
 def check_consistency(snapshot: Snapshot) -> list[CheckResult]:
     """Every banner claiming a feature is on matches argv/env turning it on, and the reverse."""
-    stage, check = snapshot.label, "consistency"
+    stage, check = snapshot.label, Check.CONSISTENCY
     if snapshot.process is None:
-        return [failed(stage, check, "process", _process_phrase(snapshot))]
+        return [failed(stage, check, "process", Reason.NO_PROCESS, _process_phrase(snapshot))]
     turned_on = features_turned_on(snapshot.argv, snapshot.environment)
     claimed = features_claimed(snapshot.current_lines())
     results: list[CheckResult] = []
@@ -245,6 +258,7 @@ def check_consistency(snapshot: Snapshot) -> list[CheckResult]:
                     stage,
                     check,
                     feature,
+                    Reason.CLAIM_WITHOUT_SWITCH,
                     f"{claim.evidence} claims {feature} is on, but the live argv/env do not "
                     f"turn it on ({_process_phrase(snapshot)})",
                 )
@@ -255,6 +269,7 @@ def check_consistency(snapshot: Snapshot) -> list[CheckResult]:
                     stage,
                     check,
                     feature,
+                    Reason.SWITCH_WITHOUT_CLAIM,
                     f"{on.evidence} turns {feature} on, but no banner of the current start "
                     "claims it",
                 )
@@ -265,6 +280,7 @@ def check_consistency(snapshot: Snapshot) -> list[CheckResult]:
                     stage,
                     check,
                     feature,
+                    Reason.CLAIM_DETAIL_DIFFERS,
                     f"{claim.evidence} says `{claim.detail}` but {on.evidence} says `{on.detail}`",
                 )
             )
@@ -279,12 +295,13 @@ def check_evidence(snapshot: Snapshot) -> list[CheckResult]:
     failure that names it, never a check that passes for want of evidence."""
     stage = snapshot.label
     if not snapshot.errors:
-        return [passed(stage, "snapshot.evidence", "snapshot", "every section was read")]
+        return [passed(stage, Check.SNAPSHOT_EVIDENCE, "snapshot", "every section was read")]
     return [
         failed(
             stage,
-            "snapshot.evidence",
+            Check.SNAPSHOT_EVIDENCE,
             "snapshot",
+            Reason.INCOMPLETE_SNAPSHOT,
             f"the live state could not be read completely: {error}",
         )
         for error in snapshot.errors
@@ -297,20 +314,25 @@ def check_service(snapshot: Snapshot) -> list[CheckResult]:
     stage, unit = snapshot.label, snapshot.unit
     results = [
         *check_evidence(snapshot),
-        passed(stage, "service.active", unit.name, "active")
+        passed(stage, Check.SERVICE_ACTIVE, unit.name, "active")
         if unit.active_state == "active"
         else failed(
-            stage, "service.active", unit.name, f"{unit.name} is {unit.active_state or 'unknown'}"
+            stage,
+            Check.SERVICE_ACTIVE,
+            unit.name,
+            Reason.NOT_ACTIVE,
+            f"{unit.name} is {unit.active_state or 'unknown'}",
         ),
     ]
     health = snapshot.health
     results.append(
-        passed(stage, "service.health", health.url, "200")
+        passed(stage, Check.SERVICE_HEALTH, health.url, "200")
         if health.status == 200
         else failed(
             stage,
-            "service.health",
+            Check.SERVICE_HEALTH,
             health.url,
+            Reason.NOT_ANSWERING,
             f"GET {health.url} gave {health.status or health.error}",
         )
     )
@@ -323,17 +345,26 @@ def _models_result(snapshot: Snapshot) -> CheckResult:
     if models.status != 200:
         return failed(
             stage,
-            "service.models",
+            Check.SERVICE_MODELS,
             models.url,
+            Reason.NOT_ANSWERING,
             f"GET {models.url} gave {models.status or models.error}",
         )
     try:
         ids = [entry["id"] for entry in json.loads(models.body)["data"]]
     except (ValueError, KeyError, TypeError):
-        return failed(stage, "service.models", models.url, f"not a model list: {models.body[:200]}")
+        return failed(
+            stage,
+            Check.SERVICE_MODELS,
+            models.url,
+            Reason.NOT_A_MODEL_LIST,
+            f"not a model list: {models.body[:200]}",
+        )
     if not ids:
-        return failed(stage, "service.models", models.url, "the model list is empty")
-    return passed(stage, "service.models", models.url, f"serves {', '.join(ids)}")
+        return failed(
+            stage, Check.SERVICE_MODELS, models.url, Reason.NO_MODEL, "the model list is empty"
+        )
+    return passed(stage, Check.SERVICE_MODELS, models.url, f"serves {', '.join(ids)}")
 
 
 def model_ids(snapshot: Snapshot) -> list[str]:
@@ -342,3 +373,21 @@ def model_ids(snapshot: Snapshot) -> list[str]:
         return sorted(str(entry["id"]) for entry in json.loads(snapshot.models.body)["data"])
     except (ValueError, KeyError, TypeError):
         return []
+
+
+def evaluate_stage(
+    profile: Profile, snapshot: Snapshot, previous: Snapshot | None = None
+) -> list[CheckResult]:
+    """Every single-snapshot check: service, profile, the server's own config, consistency,
+    runtime-only sources and the provenance of every serving-relevant live value, the card."""
+    size = profile.hugepages.size_kib if profile.hugepages else None
+    relevant = [*profile.env_set, *profile.env_absent]
+    return [
+        *check_service(snapshot),
+        *check_profile(profile, snapshot, previous),
+        *check_server_config(profile, snapshot),
+        *check_consistency(snapshot),
+        *check_sources(snapshot, size, relevant),
+        *check_provenance(snapshot, relevant),
+        *check_card(snapshot),
+    ]

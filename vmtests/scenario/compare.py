@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from vmtests.contracts.findings import Check, Reason
 from vmtests.profiles import Profile
 from vmtests.profiles.expectations import parse_module_banner
 from vmtests.scenario.banners import features_claimed, module_banner_lines
@@ -105,13 +106,16 @@ def check_durable(
     for key in durable_fields(before, profile):
         diff = diffs.get(key)
         if diff is None:
-            results.append(passed(after.label, "durable", key, f"{before.label} == {after.label}"))
+            results.append(
+                passed(after.label, Check.DURABLE, key, f"{before.label} == {after.label}")
+            )
             continue
         results.append(
             failed(
                 after.label,
-                "durable",
+                Check.DURABLE,
                 key,
+                Reason.CHANGED_ACROSS_REBOOT,
                 f"{key} changed across the reboot: {before.label} had {_short(diff.before)}, "
                 f"{after.label} has {_short(diff.after)}",
             )
@@ -120,13 +124,14 @@ def check_durable(
     old, new = _module_banner(before), _module_banner(after)
     digest_old, digest_new = (old or {}).get("digest"), (new or {}).get("digest")
     if digest_old and digest_old == digest_new:
-        results.append(passed(after.label, "durable", "digest", f"stable {digest_old}"))
+        results.append(passed(after.label, Check.DURABLE, "digest", f"stable {digest_old}"))
     else:
         results.append(
             failed(
                 after.label,
-                "durable",
+                Check.DURABLE,
                 "digest",
+                Reason.DIGEST_UNSTABLE,
                 f"module banner digest {before.label}={digest_old} {after.label}={digest_new}",
             )
         )
@@ -142,12 +147,13 @@ def check_rebooted(before: Snapshot, after: Snapshot) -> list[CheckResult]:
     """A new boot began between the snapshots; on NixOS it booted the switched generation."""
     stage = after.label
     results = [
-        passed(stage, "scenario.reboot", "boot_id", f"{before.boot_id} -> {after.boot_id}")
+        passed(stage, Check.REBOOT, "boot_id", f"{before.boot_id} -> {after.boot_id}")
         if before.boot_id and after.boot_id and before.boot_id != after.boot_id
         else failed(
             stage,
-            "scenario.reboot",
+            Check.REBOOT,
             "boot_id",
+            Reason.NO_NEW_BOOT,
             f"boot_id did not change ({before.boot_id} -> {after.boot_id}): no reboot happened",
         )
     ]
@@ -155,12 +161,13 @@ def check_rebooted(before: Snapshot, after: Snapshot) -> list[CheckResult]:
     booted = after.generations.get("/run/booted-system")
     if switched is not None and booted is not None:
         results.append(
-            passed(stage, "scenario.reboot", "booted-system", f"booted {booted}")
+            passed(stage, Check.REBOOT, "booted-system", f"booted {booted}")
             if switched == booted
             else failed(
                 stage,
-                "scenario.reboot",
+                Check.REBOOT,
                 "booted-system",
+                Reason.WRONG_GENERATION_BOOTED,
                 f"the reboot booted {booted}, not the switched generation {switched} "
                 "(direct boot ignores the switch: useBootLoader?)",
             )
@@ -176,13 +183,19 @@ def check_switched_system(after: Snapshot, expected: str | None) -> list[CheckRe
     running = after.generations.get("/run/current-system")
     if running == expected:
         return [
-            passed(after.label, "switch.system", "current-system", f"runs the pre-built {running}")
+            passed(
+                after.label,
+                Check.SWITCHED_SYSTEM,
+                "current-system",
+                f"runs the pre-built {running}",
+            )
         ]
     return [
         failed(
             after.label,
-            "switch.system",
+            Check.SWITCHED_SYSTEM,
             "current-system",
+            Reason.OTHER_SYSTEM_ACTIVATED,
             f"runs {running or 'no /run/current-system'}, not the pre-built {expected}: the "
             "switch activated another system than the one built on the host",
         )
@@ -193,12 +206,13 @@ def check_restarted(before: Snapshot, after: Snapshot) -> list[CheckResult]:
     """The switch restarted the serving unit: its InvocationID changed and it is active."""
     old, new = before.unit.invocation_id, after.unit.invocation_id
     if old and new and old != new and after.unit.active_state == "active":
-        return [passed(after.label, "scenario.restart", "InvocationID", f"{old} -> {new}")]
+        return [passed(after.label, Check.RESTART, "InvocationID", f"{old} -> {new}")]
     return [
         failed(
             after.label,
-            "scenario.restart",
+            Check.RESTART,
             "InvocationID",
+            Reason.SWITCH_DID_NOT_RESTART,
             f"the switch did not restart {after.unit.name}: InvocationID {old or 'none'} -> "
             f"{new or 'none'}, ActiveState={after.unit.active_state}",
         )

@@ -13,22 +13,21 @@ followed by the server's own exit (0); ``rm -f`` is SIGKILL and exit code 137. W
 
 from __future__ import annotations
 
-import re
 import shlex
 import time
 from dataclasses import dataclass, replace
 
+from vmtests.contracts.findings import Check, Finding, Reason
 from vmtests.contracts.serving import SERVING_CONTAINER, SERVING_UNIT
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
-from vmtests.scenario.controls import ControlOutcome, reset_to_target
+from vmtests.scenario.controls import ControlOutcome, judge, reset_to_target
 from vmtests.scenario.reference_switch import UNIT_RESTART_TIMEOUT, ReferenceSwitch, install_units
 from vmtests.scenario.results import CheckResult, failed, passed
 from vmtests.scenario.serving_unit import BACKEND
 from vmtests.scenario.switching import wait_healthy, wait_ready
 
-CHECK = "container.graceful-stop"
-SIGKILL, KILLED_EXIT_CODE = "9", 137
+SIGTERM, SIGKILL, KILLED_EXIT_CODE = "15", "9", 137
 EVENT_FORMAT = "{{.Action}} {{.Actor.Attributes.exitCode}} {{.Actor.Attributes.signal}}"
 
 
@@ -66,8 +65,9 @@ def check_stopped_gracefully(stage: str, what: str, events: ContainerEvents) -> 
     if not events.exit_codes:
         return failed(
             stage,
-            CHECK,
+            Check.GRACEFUL_STOP,
             what,
+            Reason.NO_DIE_EVENT,
             f"no `die` event for container {short} ({what}): whether it was stopped gracefully "
             f"cannot be shown; events seen: {events.raw or '(none)'}",
         )
@@ -75,15 +75,16 @@ def check_stopped_gracefully(stage: str, what: str, events: ContainerEvents) -> 
     if code == KILLED_EXIT_CODE or SIGKILL in events.signals:
         return failed(
             stage,
-            CHECK,
+            Check.GRACEFUL_STOP,
             what,
+            Reason.KILLED,
             f"container {short} ({what}) was killed: exit code {code}, signals "
             f"{', '.join(events.signals) or 'none'}; it must be stopped with `docker stop -t "
             "<stopTimeout>`, never `docker rm -f` while running",
         )
     return passed(
         stage,
-        CHECK,
+        Check.GRACEFUL_STOP,
         what,
         f"container {short} ({what}) stopped gracefully: signals "
         f"{', '.join(events.signals) or 'none'}, exit code {code}",
@@ -120,14 +121,22 @@ def _serving_container_id(machine: Machine) -> str:
     ).strip()
 
 
+@dataclass(frozen=True)
+class ContainerStop:
+    """How one container ended: the check's result and Docker's events it judged."""
+
+    result: CheckResult
+    events: ContainerEvents
+
+
 def leftover_then_start(
     machine: Machine, switch: ReferenceSwitch, *, graceful_pre_start: bool = True
-) -> list[CheckResult]:
+) -> list[ContainerStop]:
     """A running leftover container, then a start of the unit; then a stop of the unit.
 
-    Returns two results: how the unit's pre-start stopped the leftover, and how the unit's
-    own stop ended its container. ``graceful_pre_start=False`` installs oci-containers.nix's
-    own pre-start (``docker rm -f``), which the first check must catch.
+    Returns two stops: how the unit's pre-start stopped the leftover, and how the unit's own
+    stop ended its container. ``graceful_pre_start=False`` installs oci-containers.nix's own
+    pre-start (``docker rm -f``), which the first check must catch.
     """
     variant = "module pre-start" if graceful_pre_start else "oci-containers rm -f pre-start"
     with log.nested(f"leftover container before a start ({variant})"):
@@ -136,35 +145,36 @@ def leftover_then_start(
         leftover = start_leftover_container(machine, switch)
         machine.succeed(f"systemctl start {SERVING_UNIT}", timeout=UNIT_RESTART_TIMEOUT)
         wait_ready(machine, config.port)
-        results = [
-            check_stopped_gracefully(
-                "start", "leftover container", container_events(machine, leftover)
-            )
+        events = container_events(machine, leftover)
+        stops = [
+            ContainerStop(check_stopped_gracefully("start", "leftover container", events), events)
         ]
         serving = _serving_container_id(machine)
         machine.succeed(f"systemctl stop {SERVING_UNIT}", timeout=UNIT_RESTART_TIMEOUT)
-        results.append(
-            check_stopped_gracefully("stop", "unit's container", container_events(machine, serving))
+        events = container_events(machine, serving)
+        stops.append(
+            ContainerStop(check_stopped_gracefully("stop", "unit's container", events), events)
         )
-        for result in results:
-            log.info(str(result))
-    return results
+        for stop in stops:
+            log.info(str(stop.result))
+    return stops
 
 
-KILLED = re.compile(r"was killed: exit code 137")
+RM_F = Finding(Check.GRACEFUL_STOP, Reason.KILLED)
+"""What the ``rm -f`` control must be caught by: the leftover container was killed."""
 
 
 @dataclass
 class ContainerControls:
     """The container path on one guest: the graceful run and the ``rm -f`` control."""
 
-    graceful: list[CheckResult]  # the module's pre-start over a leftover, then the unit's stop
+    graceful: list[ContainerStop]  # the module's pre-start over a leftover, then the unit's stop
     rm_f: ControlOutcome  # oci-containers.nix's own ``docker rm -f`` pre-start
 
     @property
     def false_alarms(self) -> list[CheckResult]:
         """The graceful run's failures: the correct configuration raised them."""
-        return [result for result in self.graceful if result.failed]
+        return [stop.result for stop in self.graceful if stop.result.failed]
 
 
 def run_container_controls(machine: Machine, switch: ReferenceSwitch) -> ContainerControls:
@@ -179,16 +189,12 @@ def run_container_controls(machine: Machine, switch: ReferenceSwitch) -> Contain
     graceful = leftover_then_start(machine, switch)
     start = time.monotonic()
     killed = leftover_then_start(machine, switch, graceful_pre_start=False)
-    failures = [result for result in killed if result.failed]
-    matches = [result for result in failures if KILLED.search(result.message)]
-    outcome = ControlOutcome(
+    outcome = judge(
         "leftover container, rm -f pre-start",
         "a container left running under the unit's name; the unit's pre-start is "
         "oci-containers.nix's own `docker rm -f`",
-        CHECK,
-        bool(matches),
-        matches[0].message if matches else "NOT DETECTED",
-        failures,
-        time.monotonic() - start,
+        RM_F,
+        [stop.result for stop in killed],
     )
+    outcome.seconds = time.monotonic() - start
     return ContainerControls(graceful, outcome)

@@ -3,26 +3,29 @@
 Every control starts from the correct target configuration (installed by the reference switch),
 applies one real mechanism on the reference guest (a ``/run`` drop-in, ``systemctl
 set-environment``, a hand-started server, ...), snapshots the machine (after a reboot when the
-failure only shows then) and runs the ordinary checks. A control is *detected* when a failing
-result of its expected check carries its expected message. The correct configuration itself
-must produce no failure at all (no false alarms).
+failure only shows then) and runs the ordinary checks. Each control declares the finding it
+must produce (a ``Check`` and a ``Reason``, ``vmtests.contracts.findings``): it is *detected*
+when a failing result carries exactly that finding, whatever the message says. A false-alarm
+control declares none and is detected when nothing fails; so is the correct configuration
+itself (no false alarms).
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 from vmtests.contracts.features import ENV_FEATURES, banner_text, env_name
+from vmtests.contracts.findings import Check, Finding, Reason
 from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_CONTAINER, SERVING_UNIT
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
 from vmtests.guest.stub_layer import GUEST_PYTHONPATH, set_stub_knobs
+from vmtests.scenario.checks import evaluate_stage
 from vmtests.scenario.collect import take_snapshot
 from vmtests.scenario.reference_switch import (
     UNIT_DIR,
@@ -37,14 +40,14 @@ from vmtests.scenario.reference_switch import (
     systemd_quote,
     write_rendered,
 )
-from vmtests.scenario.results import CheckResult
-from vmtests.scenario.scenario import evaluate_stage
+from vmtests.scenario.results import CheckResult, failures, findings
 from vmtests.scenario.serving_unit import (
     BACKEND,
     RenderedUnits,
     hugepages_path,
     run_script_text,
 )
+from vmtests.scenario.snapshot import Snapshot
 from vmtests.scenario.switching import wait_healthy, wait_ready
 from vmtests.stub import knobs, release
 
@@ -64,48 +67,79 @@ Apply = Callable[[Machine, ReferenceSwitch], None]
 
 @dataclass(frozen=True)
 class Control:
-    """One negative control: the mechanism, and the check and message that must catch it."""
+    """One negative control: the mechanism, and the finding that must catch it.
+
+    ``finds`` is None for a false-alarm control: unrelated state that must raise no failure
+    at all ("detected" then means "no alarm", as required).
+    """
 
     name: str
     mechanism: str
-    check: str
-    message: re.Pattern[str]
+    finds: Finding | None
     apply: Apply
     reboot: bool = False
     settle: bool = True  # wait for the unit and /health after applying (False: unit stopped)
-    # A false-alarm control: unrelated state that must raise no failure at all ("detected"
-    # then means "no alarm", as required).
-    false_alarm: bool = False
     # What the mechanism starts from: "running" (it changes a running target: masks,
     # disables), "installed" (the target's units, stopped) or "clean" (it installs and starts
     # what it needs itself, and its first step reloads systemd: the reset does not). Each
     # restart or daemon-reload the reset saves costs seconds to most of a minute under TCG.
     starts_from: Literal["clean", "installed", "running"] = "clean"
 
+    @property
+    def false_alarm(self) -> bool:
+        """True for a control that must raise no failure at all."""
+        return self.finds is None
+
 
 @dataclass
 class ControlOutcome:
-    """What happened when a control was applied: detected or not, and by which message."""
+    """What happened when a control was applied: detected or not, the failures it raised (the
+    message of the one that caught it first) and the snapshot they come from."""
 
     name: str
     mechanism: str
-    check: str
+    finds: Finding | None
     detected: bool
     message: str
     failures: list[CheckResult] = field(default_factory=list)
+    snapshot: Snapshot | None = None
     seconds: float = 0.0
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form."""
         return {
             "name": self.name,
             "mechanism": self.mechanism,
-            "check": self.check,
+            "finds": None if self.finds is None else str(self.finds),
+            "check": None if self.finds is None else self.finds.check,
+            "reason": None if self.finds is None else self.finds.reason,
             "detected": self.detected,
             "message": self.message,
             "failures": [failure.to_dict() for failure in self.failures],
+            "snapshot": None if self.snapshot is None else self.snapshot.to_dict(),
             "seconds": round(self.seconds, 2),
         }
+
+
+def judge(
+    name: str,
+    mechanism: str,
+    finds: Finding | None,
+    results: list[CheckResult],
+    snapshot: Snapshot | None = None,
+) -> ControlOutcome:
+    """The outcome of a control that declared ``finds`` and raised ``results``: detected when
+    a failure carries that finding; with ``finds`` None, when nothing fails."""
+    failed = failures(results)
+    if finds is None:
+        detected = not failed
+        message = "no alarm, as required" if detected else f"FALSE ALARM: {failed[0]}"
+    else:
+        caught = [result for result in failed if result.finding == finds]
+        detected = bool(caught)
+        seen = ", ".join(map(str, sorted(findings(results)))) or "no failure"
+        message = caught[0].message if caught else f"NOT DETECTED: no {finds}; seen: {seen}"
+    return ControlOutcome(name, mechanism, finds, detected, message, failed, snapshot)
 
 
 # ---- mechanisms ------------------------------------------------------------------------------
@@ -314,112 +348,95 @@ CONTROLS: tuple[Control, ...] = (
     Control(
         "runtime drop-in",
         f"validated flags and env only in {RUNTIME_DROP_IN_DIR}/50-validated.conf",
-        "source.runtime-drop-in",
-        re.compile(r"is runtime-only \(under /run\) and vanishes at reboot"),
+        Finding(Check.RUNTIME_DROP_IN, Reason.RUNTIME_DROP_IN),
         runtime_drop_in,
     ),
     Control(
         "stale banner after reboot",
         "as above, then reboot: the banners exist only in the previous boot's journal",
-        "profile.banner",
-        re.compile(r"seen only in an earlier boot .*a stale banner does not count"),
+        Finding(Check.PROFILE_BANNER, Reason.BANNER_STALE),
         runtime_drop_in,
         reboot=True,
     ),
     Control(
         "systemctl set-environment",
         "feature variables only in the manager environment (systemctl set-environment)",
-        "source.manager-environment",
-        re.compile(r"systemctl set-environment\); it reaches the service only until"),
+        Finding(Check.MANAGER_ENVIRONMENT, Reason.MANAGER_VARIABLE),
         manager_environment,
     ),
     Control(
         "unit changed, not restarted",
         "target unit written and daemon-reloaded, service not restarted",
-        "source.not-restarted",
-        re.compile(r"but the unit's ExecStart is now .*was not restarted"),
+        Finding(Check.NOT_RESTARTED, Reason.ARGV_DIFFERS),
         not_restarted,
     ),
     Control(
         "unit changed, not reloaded",
         "target unit written to /etc, no daemon-reload, no restart",
-        "source.not-reloaded",
-        re.compile(r"NeedDaemonReload=yes"),
+        Finding(Check.NOT_RELOADED, Reason.NEED_DAEMON_RELOAD),
         not_reloaded,
     ),
     Control(
         "banner without its switch",
         "a durable drop-in echoes the SDPA streaming banner; the env var is not set",
-        "consistency",
-        re.compile(r"claims sdpaStreaming is on, but the live argv/env do not turn it on"),
+        Finding(Check.CONSISTENCY, Reason.CLAIM_WITHOUT_SWITCH),
         lying_banner,
     ),
     Control(
         "engine runs without prefix caching",
         "argv, module banner and echoed banners claim prefix caching; a model build without "
         "supports_prefix_caching makes the TT plugin switch it off in the engine",
-        "server.cache-config",
-        re.compile(r"own cache config says enable_prefix_caching=False .*the engine does not run"),
+        Finding(Check.SERVER_CACHE_CONFIG, Reason.SERVER_DIFFERS),
         engine_without_prefix_caching,
     ),
     Control(
         "env file under /run",
         f"feature variables only in docker run --env-file {RUN_ENV_FILE} (environmentFiles)",
-        "source.provenance",
-        re.compile(r"reaches the server from docker --env-file /run/.*gone after the next reboot"),
+        Finding(Check.PROVENANCE, Reason.RUNTIME_ENV_FILE),
         env_file_under_run,
     ),
     Control(
         "wrapper script sources /run",
         f"durable ExecStart wrapper {WRAPPER} sources its flags from {RUN_FLAGS_FILE}",
-        "source.provenance",
-        re.compile(r"read by the wrapper script .*under /run .*gone after the next reboot"),
+        Finding(Check.PROVENANCE, Reason.RUNTIME_SOURCED_FILE),
         wrapper_sources_run,
     ),
     Control(
         "unrelated manager variable (false alarm)",
         f"correct configuration plus systemctl set-environment {UNRELATED_VARIABLE}=vi",
-        "",
-        re.compile(""),
+        None,
         unrelated_manager_variable,
-        false_alarm=True,
     ),
     Control(
         "unrelated runtime drop-in (false alarm)",
         f"correct configuration plus {RUNTIME_DROP_IN_DIR}/50-weight.conf with CPUWeight=50",
-        "",
-        re.compile(""),
+        None,
         unrelated_runtime_drop_in,
-        false_alarm=True,
     ),
     Control(
         "hugepages written at runtime",
         "no boot-time hugepage unit; nr_hugepages written by hand",
-        "source.hugepages",
-        re.compile(r"written at runtime and will be gone after a reboot"),
+        Finding(Check.HUGEPAGE_SOURCE, Reason.HUGEPAGES_RUNTIME_ONLY),
         runtime_hugepages,
     ),
     Control(
         "hugepage unit masked",
         f"systemctl mask {HUGEPAGES_UNIT}",
-        "source.hugepages",
-        re.compile(r"is masked .*will not be reserved at the next boot"),
+        Finding(Check.HUGEPAGE_SOURCE, Reason.HUGEPAGE_UNIT_MASKED),
         masked_hugepage_unit,
         starts_from="running",
     ),
     Control(
         "serving unit not enabled",
         f"systemctl disable {SERVING_UNIT} (still running)",
-        "source.not-enabled",
-        re.compile(r"it will not start at the next boot"),
+        Finding(Check.NOT_ENABLED, Reason.NOT_ENABLED),
         not_enabled,
         starts_from="running",
     ),
     Control(
         "server started by hand",
         "unit stopped; the validated server started by hand with setsid nohup",
-        "source.outside-unit",
-        re.compile(r"started outside tenstorrent-serving\.service"),
+        Finding(Check.OUTSIDE_UNIT, Reason.OUTSIDE_UNIT),
         hand_started,
         starts_from="installed",
         settle=False,
@@ -427,8 +444,7 @@ CONTROLS: tuple[Control, ...] = (
     Control(
         "transient unit",
         "no durable unit; the server runs under systemd-run --unit (unit file under /run)",
-        "source.runtime-unit-file",
-        re.compile(r"runtime-only unit file under /run"),
+        Finding(Check.RUNTIME_UNIT_FILE, Reason.RUNTIME_UNIT_FILE),
         transient_unit,
     ),
 )
@@ -478,7 +494,9 @@ def reset_to_target(
         install_units(machine, switch.target, restart=to == "running")
 
 
-def evaluate_machine(machine: Machine, switch: ReferenceSwitch, label: str) -> list[CheckResult]:
+def evaluate_machine(
+    machine: Machine, switch: ReferenceSwitch, label: str
+) -> tuple[Snapshot, list[CheckResult]]:
     """Snapshot the machine and run every single-snapshot check against the switch's profile.
 
     No control concerns the card (the scenario checks it), so the snapshot leaves out tt-smi.
@@ -486,7 +504,7 @@ def evaluate_machine(machine: Machine, switch: ReferenceSwitch, label: str) -> l
     snapshot = take_snapshot(
         machine, label, port=switch.target.port, container=SERVING_CONTAINER, card=False
     )
-    return evaluate_stage(switch.profile, snapshot)
+    return snapshot, evaluate_stage(switch.profile, snapshot)
 
 
 def run_control(machine: Machine, switch: ReferenceSwitch, control: Control) -> ControlOutcome:
@@ -506,24 +524,9 @@ def run_control(machine: Machine, switch: ReferenceSwitch, control: Control) -> 
         # Let the server finish starting so that only the control's own fault shows.
         if control.settle:
             _settle(machine, switch)
-        results = evaluate_machine(machine, switch, label)
-        failures = [result for result in results if result.failed]
-        matches = [
-            f for f in failures if f.check == control.check and control.message.search(f.message)
-        ]
-        detected, message = bool(matches), matches[0].message if matches else "NOT DETECTED"
-        if control.false_alarm:
-            detected = not failures
-            message = "no alarm, as required" if detected else f"FALSE ALARM: {failures[0]}"
-        outcome = ControlOutcome(
-            control.name,
-            control.mechanism,
-            control.check,
-            detected,
-            message,
-            failures,
-            time.monotonic() - start,
-        )
+        snapshot, results = evaluate_machine(machine, switch, label)
+        outcome = judge(control.name, control.mechanism, control.finds, results, snapshot)
+        outcome.seconds = time.monotonic() - start
         log.info(f"{'detected' if outcome.detected else 'NOT DETECTED'}: {outcome.message}")
     return outcome
 
@@ -536,8 +539,17 @@ def _settle(machine: Machine, switch: ReferenceSwitch) -> None:
         log.warning(f"service not ready after applying the control: {error}")
 
 
-def check_correct_configuration(machine: Machine, switch: ReferenceSwitch) -> list[CheckResult]:
-    """Install the correct target and return every failing result (false alarms)."""
+CORRECT_CONFIGURATION = Control(
+    "correct configuration",
+    "the target configuration as the reference switch installs it, nothing changed",
+    None,
+    lambda machine, switch: None,
+    starts_from="running",
+)
+"""Not a control but the baseline of them all: the correct configuration raises no alarm."""
+
+
+def check_correct_configuration(machine: Machine, switch: ReferenceSwitch) -> ControlOutcome:
+    """Install the correct target and check it: every failure is a false alarm."""
     with log.nested(f"correct configuration of {switch.profile.name}: expecting no alarm"):
-        reset_to_target(machine, switch)
-        return [r for r in evaluate_machine(machine, switch, "S1") if r.failed]
+        return run_control(machine, switch, CORRECT_CONFIGURATION)

@@ -23,12 +23,17 @@ from vmtests.scenario.results import CheckResult
 
 @dataclass
 class ControlsRun:
-    """What one guest showed: the correct configuration's false alarms, each control's outcome
-    (by name, in the order run) and the container path (``None`` until it ran)."""
+    """What one guest showed: the correct configuration (``None`` until it ran), each control's
+    outcome (by name, in the order run) and the container path (``None`` until it ran)."""
 
-    false_alarms: list[CheckResult] = field(default_factory=list)
+    correct: ControlOutcome | None = None
     outcomes: dict[str, ControlOutcome] = field(default_factory=dict)
     container: ContainerControls | None = None
+
+    @property
+    def false_alarms(self) -> list[CheckResult]:
+        """What failed on the correct configuration: every failure there is a false alarm."""
+        return self.correct.failures if self.correct else []
 
     @property
     def report_outcomes(self) -> list[ControlOutcome]:
@@ -43,7 +48,7 @@ class ControlsRun:
 
 def run_all_controls(machine: Machine, switch: ReferenceSwitch, run: ControlsRun) -> ControlsRun:
     """Run every control on ``machine`` (prepared by ``switch``) into ``run``; return it."""
-    run.false_alarms = check_correct_configuration(machine, switch)
+    run.correct = check_correct_configuration(machine, switch)
     for control in CONTROLS:
         run.outcomes[control.name] = run_control(machine, switch, control)
     run.container = run_container_controls(machine, switch)

@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from vmtests.contracts.findings import Check, Reason
 from vmtests.scenario.results import CheckResult, as_informational, failed, passed
 from vmtests.scenario.snapshot import Snapshot
 from vmtests.scenario.sources import (
@@ -34,8 +35,6 @@ from vmtests.scenario.sources import (
     setting_key,
 )
 
-CHECK = "source.provenance"
-UNRELATED = "source.unrelated"
 _SOURCED = re.compile(r"""(?:^|[\s;])(?:\.|source)\s+(/[^\s;"']+)|--env-file[= ](/[^\s;"']+)""")
 _ENV_FILE = re.compile(r"""--env-file[= ](/[^\s;"']+)""")
 
@@ -43,15 +42,26 @@ _ENV_FILE = re.compile(r"""--env-file[= ](/[^\s;"']+)""")
 @dataclass(frozen=True)
 class Source:
     """One place a value comes from; ``runtime`` is why it will not survive a reboot ("" if it
-    will), ``reported_elsewhere`` when a ``sources.py`` check already fails on it."""
+    will) and ``reason`` the finding's key then, ``reported_elsewhere`` when a ``sources.py``
+    check already fails on it."""
 
     where: str
     runtime: str = ""
+    reason: Reason | None = None
     reported_elsewhere: bool = False
 
 
 def _runtime_reason(path: str) -> str:
     return f"{path} is under /run (runtime-only)" if is_runtime_path(path) else ""
+
+
+def _reads(script: str) -> list[tuple[str, Reason]]:
+    """Files a script reads, each with how: sourced (``.``, ``source``) or as an environment
+    file (``--env-file``)."""
+    return [
+        (first, Reason.RUNTIME_SOURCED_FILE) if first else (second, Reason.RUNTIME_ENV_FILE)
+        for first, second in _SOURCED.findall(script)
+    ]
 
 
 def _assigns(text: str, name: str) -> bool:
@@ -61,7 +71,7 @@ def _assigns(text: str, name: str) -> bool:
 
 def sourced_files(script: str) -> list[str]:
     """Files a wrapper script reads: ``. file``, ``source file``, ``--env-file file``."""
-    return [first or second for first, second in _SOURCED.findall(script)]
+    return [path for path, _ in _reads(script)]
 
 
 def env_sources(snapshot: Snapshot, name: str) -> list[Source]:
@@ -72,10 +82,10 @@ def env_sources(snapshot: Snapshot, name: str) -> list[Source]:
         lines = [line for line in text.splitlines() if setting_key(line) == "Environment"]
         if any(_assigns(line.split("=", 1)[1], name) for line in lines):
             kind = "unit file" if path == unit.fragment_path else "drop-in"
-            found.append(Source(f"{kind} {path}", _runtime_reason(path), True))
+            found.append(Source(f"{kind} {path}", _runtime_reason(path), None, True))
     for path, text in unit.sources.items():
         if _assigns(text, name):
-            found.append(Source(_describe_source(snapshot, path), _source_runtime(snapshot, path)))
+            found.append(_file_source(snapshot, path, Reason.RUNTIME_ENV_FILE))
     if name in snapshot.manager_environment and name not in unit.environment:
         generators = [g for g in snapshot.env_generators if is_runtime_path(g)]
         found.append(
@@ -83,34 +93,42 @@ def env_sources(snapshot: Snapshot, name: str) -> list[Source]:
                 "the service manager's environment",
                 "set with systemctl set-environment or by a runtime generator "
                 + (f"({', '.join(generators)})" if generators else ""),
+                Reason.RUNTIME_GENERATOR if generators else Reason.MANAGER_VARIABLE,
                 reported_elsewhere=not generators,
             )
         )
     return found
 
 
-def _describe_source(snapshot: Snapshot, path: str) -> str:
+def _file_source(snapshot: Snapshot, path: str, *reads: Reason) -> Source:
+    """A file the unit reads (``unit.sources``) as a source: what it is, and whether (and why)
+    it is runtime-only: under /run itself, or sourcing a file under /run. ``reads`` are further
+    ways a runtime file can reach the value (an environment file, for a variable)."""
     unit = snapshot.unit
     if path in unit.prop("EnvironmentFiles"):
-        return f"EnvironmentFile {path}"
-    texts = [*unit.files.values(), *unit.sources.values()]
-    if any(path in _ENV_FILE.findall(text) for text in texts):
-        return f"docker --env-file {path}"
-    readers = [p for p, text in unit.sources.items() if path in sourced_files(text)]
-    if readers:
-        return f"{path} (read by the wrapper script {', '.join(readers)})"
-    return f"ExecStart script {path}"
-
-
-def _source_runtime(snapshot: Snapshot, path: str) -> str:
-    """Why ``path`` (a file the unit reads) will not survive a reboot, or ""."""
+        where, kind = f"EnvironmentFile {path}", Reason.RUNTIME_ENV_FILE
+    elif any(
+        path in _ENV_FILE.findall(text) for text in [*unit.files.values(), *unit.sources.values()]
+    ):
+        where, kind = f"docker --env-file {path}", Reason.RUNTIME_ENV_FILE
+    elif readers := [p for p, text in unit.sources.items() if path in sourced_files(text)]:
+        where = f"{path} (read by the wrapper script {', '.join(readers)})"
+        kind = Reason.RUNTIME_SOURCED_FILE
+    else:
+        where, kind = f"ExecStart script {path}", Reason.RUNTIME_SCRIPT
     if is_runtime_path(path):
-        return _runtime_reason(path)
-    text = snapshot.unit.sources.get(path, "")
-    runtime_reads = [f for f in sourced_files(text) if is_runtime_path(f)]
+        return Source(where, _runtime_reason(path), kind)
+    ways = {Reason.RUNTIME_SOURCED_FILE, *reads}
+    runtime_reads = [
+        (f, how)
+        for f, how in _reads(unit.sources.get(path, ""))
+        if is_runtime_path(f) and how in ways
+    ]
     if runtime_reads:
-        return f"{path} reads {', '.join(runtime_reads)}, which is under /run (runtime-only)"
-    return ""
+        files = ", ".join(f for f, _ in runtime_reads)
+        why = f"{path} reads {files}, which is under /run (runtime-only)"
+        return Source(where, why, runtime_reads[0][1])
+    return Source(where)
 
 
 def flag_sources(snapshot: Snapshot, flag: str) -> list[Source]:
@@ -120,25 +138,27 @@ def flag_sources(snapshot: Snapshot, flag: str) -> list[Source]:
     for path, text in unit.files.items():
         if any(flag in line for line in text.splitlines() if setting_key(line) == "ExecStart"):
             kind = "unit file" if path == unit.fragment_path else "drop-in"
-            found.append(Source(f"{kind} {path}", _runtime_reason(path), True))
+            found.append(Source(f"{kind} {path}", _runtime_reason(path), None, True))
     for path, text in unit.sources.items():
         if flag in text:
-            found.append(Source(_describe_source(snapshot, path), _source_runtime(snapshot, path)))
+            found.append(_file_source(snapshot, path))
     return found
 
 
 def _trace(stage: str, subject: str, value: str, sources: list[Source]) -> CheckResult:
     bad = [s for s in sources if s.runtime and not s.reported_elsewhere]
-    if bad:
+    reasons = [s.reason for s in bad if s.reason is not None]
+    if reasons:
         where = "; ".join(f"{s.where} ({s.runtime})" for s in bad)
         return failed(
             stage,
-            CHECK,
+            Check.PROVENANCE,
             subject,
+            reasons[0],
             f"{value} reaches the server from {where}: it will be gone after the next reboot",
         )
     trace = ", ".join(s.where for s in sources) or "no file the unit reads (image or default)"
-    return passed(stage, CHECK, subject, f"{value} comes from {trace}")
+    return passed(stage, Check.PROVENANCE, subject, f"{value} comes from {trace}")
 
 
 def _flags(argv: list[str]) -> list[str]:
@@ -161,8 +181,9 @@ def check_provenance(snapshot: Snapshot, relevant_names: Iterable[str] = ()) -> 
             results.append(
                 failed(
                     stage,
-                    CHECK,
+                    Check.PROVENANCE,
                     generator,
+                    Reason.RUNTIME_GENERATOR,
                     f"environment generator {generator} is under /run (runtime-only): the "
                     "manager environment it produces will differ after the next reboot",
                 )
@@ -184,7 +205,7 @@ def unrelated_state(snapshot: Snapshot, relevant_names: Iterable[str] = ()) -> l
             notes.append(
                 passed(
                     stage,
-                    UNRELATED,
+                    Check.UNRELATED,
                     name,
                     f"{name} is set in the service manager's environment but does not "
                     "configure serving (information only)",
@@ -199,7 +220,7 @@ def unrelated_state(snapshot: Snapshot, relevant_names: Iterable[str] = ()) -> l
             notes.append(
                 passed(
                     stage,
-                    UNRELATED,
+                    Check.UNRELATED,
                     path,
                     f"runtime drop-in {path} sets only {', '.join(keys)}, which does not "
                     "configure serving (information only)",

@@ -19,13 +19,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
-from vmtests.contracts.serving import READY_TIMEOUT, SERVING_PORT
+from vmtests.contracts.findings import Check, Reason
+from vmtests.contracts.serving import READY_TIMEOUT, SERVING_PORT, SERVING_UNIT
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
 from vmtests.profiles import Profile
-from vmtests.scenario.card import check_card
-from vmtests.scenario.checks import check_consistency, check_profile, check_service
+from vmtests.scenario.checks import check_profile, evaluate_stage
 from vmtests.scenario.collect import take_snapshot
 from vmtests.scenario.compare import (
     FieldDiff,
@@ -36,30 +36,9 @@ from vmtests.scenario.compare import (
     diff_snapshots,
 )
 from vmtests.scenario.metering import DriverMeter
-from vmtests.scenario.provenance import check_provenance
 from vmtests.scenario.results import CheckResult, as_informational, failed
-from vmtests.scenario.server_config import check_server_config
 from vmtests.scenario.snapshot import Snapshot
-from vmtests.scenario.sources import check_sources
 from vmtests.scenario.switching import Switcher, wait_ready
-
-
-def evaluate_stage(
-    profile: Profile, snapshot: Snapshot, previous: Snapshot | None = None
-) -> list[CheckResult]:
-    """Every single-snapshot check: service, profile, the server's own config, consistency,
-    runtime-only sources and the provenance of every serving-relevant live value."""
-    size = profile.hugepages.size_kib if profile.hugepages else None
-    relevant = [*profile.env_set, *profile.env_absent]
-    return [
-        *check_service(snapshot),
-        *check_profile(profile, snapshot, previous),
-        *check_server_config(profile, snapshot),
-        *check_consistency(snapshot),
-        *check_sources(snapshot, size, relevant),
-        *check_provenance(snapshot, relevant),
-        *check_card(snapshot),
-    ]
 
 
 @dataclass
@@ -156,7 +135,9 @@ class Scenario:
             wait_ready(self.machine, self.port, timeout)
         except DriverError as error:
             self.result.checks.append(
-                failed(stage, "service.ready", "tenstorrent-serving", f"{what}: {error}")
+                failed(
+                    stage, Check.SERVICE_READY, SERVING_UNIT, Reason.NOT_READY, f"{what}: {error}"
+                )
             )
 
     def _record(self, name: str, results: list[CheckResult]) -> None:
@@ -198,10 +179,7 @@ class Scenario:
             s0 = self.snapshot("S0")
             checks = as_informational(evaluate_stage(profile, s0))
             if self.base_profile is not None:
-                checks += [
-                    replace(r, check=f"base {r.check}")
-                    for r in check_profile(self.base_profile, s0)
-                ]
+                checks += [replace(r, base=True) for r in check_profile(self.base_profile, s0)]
             self._record("checks S0", checks)
             with self.step("switch"):
                 self.switcher.apply(self.machine)

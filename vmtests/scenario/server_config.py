@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from vmtests.contracts.findings import Check, Reason
 from vmtests.profiles import Profile
-from vmtests.scenario.checks import SERVER_CHECK as CHECK
 from vmtests.scenario.results import CheckResult, failed, passed
 from vmtests.scenario.snapshot import Snapshot
 
@@ -93,19 +93,30 @@ def check_server_config(profile: Profile, snapshot: Snapshot) -> list[CheckResul
         reported = _reported(config, key)
         if not reported:
             why = "; ".join(config.problems) or f"neither source names {key}"
-            results.append(failed(stage, CHECK, key, f"the server reports no {key}: {why}"))
+            results.append(
+                failed(
+                    stage,
+                    Check.SERVER_CACHE_CONFIG,
+                    key,
+                    Reason.SERVER_SILENT,
+                    f"the server reports no {key}: {why}",
+                )
+            )
             continue
         wrong = [(source, value) for source, value in reported if value != expected]
         if not wrong:
             sources = " and ".join(source for source, _ in reported)
-            results.append(passed(stage, CHECK, key, f"{key}={expected} per {sources}"))
+            results.append(
+                passed(stage, Check.SERVER_CACHE_CONFIG, key, f"{key}={expected} per {sources}")
+            )
             continue
         source, value = wrong[0]
         results.append(
             failed(
                 stage,
-                CHECK,
+                Check.SERVER_CACHE_CONFIG,
                 key,
+                Reason.SERVER_DIFFERS,
                 f"profile {profile.name}: the running server's own cache config says "
                 f"{key}={value} ({source}), not {expected}: whatever argv and banners claim, "
                 "the engine does not run it",

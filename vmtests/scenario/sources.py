@@ -13,6 +13,7 @@ import shlex
 from collections.abc import Iterable
 
 from vmtests.contracts.features import ENV_FEATURES, env_name
+from vmtests.contracts.findings import Check, Reason
 from vmtests.scenario.container_run import BACKENDS, parse_container_run
 from vmtests.scenario.redact import REDACTED
 from vmtests.scenario.results import CheckResult, failed, passed
@@ -89,8 +90,9 @@ def check_runtime_unit_files(snapshot: Snapshot) -> list[CheckResult]:
         results.append(
             failed(
                 stage,
-                "source.runtime-unit-file",
+                Check.RUNTIME_UNIT_FILE,
                 unit.fragment_path,
+                Reason.RUNTIME_UNIT_FILE,
                 f"{unit.name} is loaded from {unit.fragment_path}, a runtime-only unit file "
                 "under /run that vanishes at reboot",
             )
@@ -105,8 +107,9 @@ def check_runtime_unit_files(snapshot: Snapshot) -> list[CheckResult]:
             results.append(
                 failed(
                     stage,
-                    "source.runtime-drop-in",
+                    Check.RUNTIME_DROP_IN,
                     path,
+                    Reason.RUNTIME_DROP_IN,
                     f"drop-in {path} of {unit.name} is runtime-only (under /run) and vanishes "
                     f"at reboot; it sets: {settings}",
                 )
@@ -114,7 +117,7 @@ def check_runtime_unit_files(snapshot: Snapshot) -> list[CheckResult]:
     if not results:
         files = ", ".join([unit.fragment_path, *unit.drop_in_paths]) or "(none)"
         results.append(
-            passed(stage, "source.runtime-unit-file", unit.name, f"unit files durable: {files}")
+            passed(stage, Check.RUNTIME_UNIT_FILE, unit.name, f"unit files durable: {files}")
         )
     return results
 
@@ -134,12 +137,13 @@ def check_manager_environment(
         and serving_relevant(name, relevant_names)
     )
     if not suspicious:
-        return [passed(stage, "source.manager-environment", "manager", "no serving variable set")]
+        return [passed(stage, Check.MANAGER_ENVIRONMENT, "manager", "no serving variable set")]
     return [
         failed(
             stage,
-            "source.manager-environment",
+            Check.MANAGER_ENVIRONMENT,
             name,
+            Reason.MANAGER_VARIABLE,
             f"{name}={snapshot.manager_environment[name]} is set in the service manager's "
             "environment (systemctl set-environment); it reaches the service only until the "
             f"next reboot{'' if name in live else ' (not in the live process yet)'}",
@@ -190,8 +194,9 @@ def check_restarted_after_change(snapshot: Snapshot) -> list[CheckResult]:
         results.append(
             failed(
                 stage,
-                "source.not-reloaded",
+                Check.NOT_RELOADED,
                 unit.name,
+                Reason.NEED_DAEMON_RELOAD,
                 f"{unit.name} changed on disk but systemd has not reloaded it "
                 "(NeedDaemonReload=yes): the running service and `systemctl show` describe the "
                 "old unit, and the next boot will run the new file",
@@ -202,8 +207,9 @@ def check_restarted_after_change(snapshot: Snapshot) -> list[CheckResult]:
         results.append(
             failed(
                 stage,
-                "source.not-restarted",
+                Check.NOT_RESTARTED,
                 unit.name,
+                Reason.NO_LIVE_PROCESS,
                 f"no live process of {unit.name} was found (MainPID "
                 f"{unit.prop('MainPID') or 'unknown'}): nothing to compare with the unit",
             )
@@ -217,8 +223,9 @@ def check_restarted_after_change(snapshot: Snapshot) -> list[CheckResult]:
             results.append(
                 failed(
                     stage,
-                    "source.not-restarted",
+                    Check.NOT_RESTARTED,
                     unit.name,
+                    Reason.ARGV_DIFFERS,
                     f"the live process (pid {process.pid}) runs `{live}` but the unit's "
                     f"ExecStart is now `{declared}`: the unit changed but the service was not "
                     "restarted",
@@ -233,8 +240,9 @@ def check_restarted_after_change(snapshot: Snapshot) -> list[CheckResult]:
             results.append(
                 failed(
                     stage,
-                    "source.not-restarted",
+                    Check.NOT_RESTARTED,
                     ",".join(stale_env),
+                    Reason.ENVIRONMENT_DIFFERS,
                     f"the unit now sets {', '.join(stale_env)} but the live process (pid "
                     f"{process.pid}) has different values: the unit changed but the service was "
                     "not restarted",
@@ -246,7 +254,7 @@ def check_restarted_after_change(snapshot: Snapshot) -> list[CheckResult]:
         results += _container_not_restarted(snapshot)
     if not results:
         results.append(
-            passed(stage, "source.not-restarted", unit.name, "live process matches the unit")
+            passed(stage, Check.NOT_RESTARTED, unit.name, "live process matches the unit")
         )
     return results
 
@@ -262,7 +270,7 @@ def _container_not_restarted(snapshot: Snapshot) -> list[CheckResult]:
     assignments are in the container's environment."""
     stage, unit, process = snapshot.label, snapshot.unit, snapshot.process
     assert process is not None
-    check = "source.not-restarted"
+    check = Check.NOT_RESTARTED
     declared = exec_start_argv(unit)
     found = _EXEC_PATH.search(unit.prop("ExecStart"))
     path = found["path"] if found else ""
@@ -277,6 +285,7 @@ def _container_not_restarted(snapshot: Snapshot) -> list[CheckResult]:
                 stage,
                 check,
                 path or unit.name,
+                Reason.START_SCRIPT_MISSING,
                 f"{missing} of {unit.name} is not in the snapshot (the unit's sources hold "
                 f"{', '.join(sorted(unit.sources)) or 'no file'}): the running container "
                 f"(pid {process.pid}) cannot be compared with what the unit would start",
@@ -294,6 +303,7 @@ def _container_not_restarted(snapshot: Snapshot) -> list[CheckResult]:
                 stage,
                 check,
                 path or unit.name,
+                Reason.START_SCRIPT_UNREADABLE,
                 f"the {source} of {unit.name} {why}: the running container (pid {process.pid}) "
                 "cannot be compared with what the unit would start",
             )
@@ -306,6 +316,7 @@ def _container_not_restarted(snapshot: Snapshot) -> list[CheckResult]:
                 stage,
                 check,
                 unit.name,
+                Reason.ARGV_DIFFERS,
                 f"the running container (pid {process.pid}) runs `{' '.join(process.argv)}` "
                 f"but the unit's {source} now passes `{' '.join(run.args)}` to {run.image}: "
                 "the unit changed but the service was not restarted",
@@ -326,6 +337,7 @@ def _container_not_restarted(snapshot: Snapshot) -> list[CheckResult]:
                 stage,
                 check,
                 ",".join(sorted(stale)),
+                Reason.ENVIRONMENT_DIFFERS,
                 f"the unit's {source} now sets {described} for the container but the running "
                 f"container (pid {process.pid}) has different values: the unit changed but the "
                 "service was not restarted",
@@ -341,7 +353,7 @@ def _container_not_restarted(snapshot: Snapshot) -> list[CheckResult]:
 def check_inside_unit(snapshot: Snapshot) -> list[CheckResult]:
     """The server answering on the serving port must be the unit's own process."""
     stage, unit, listener = snapshot.label, snapshot.unit, snapshot.listener
-    check = "source.outside-unit"
+    check = Check.OUTSIDE_UNIT
     if listener is None:
         if snapshot.health.status is None:
             return [passed(stage, check, f"port {snapshot.port}", "nothing listens on the port")]
@@ -352,6 +364,7 @@ def check_inside_unit(snapshot: Snapshot) -> list[CheckResult]:
                 stage,
                 check,
                 f"port {snapshot.port}",
+                Reason.LISTENER_UNKNOWN,
                 f"{snapshot.health.url} answered {snapshot.health.status} but no listening "
                 f"process on port {snapshot.port} could be found with `ss -ltnp` (iproute2): is "
                 "`ss` in the guest's PATH? Without it the server's origin cannot be checked",
@@ -375,6 +388,7 @@ def check_inside_unit(snapshot: Snapshot) -> list[CheckResult]:
             stage,
             check,
             f"port {snapshot.port}",
+            Reason.OUTSIDE_UNIT,
             f"the server answering on port {snapshot.port} is pid {listener.pid} "
             f"(`{' '.join(listener.argv)}`, cgroup {cgroup}), started outside {unit.name} "
             f"(ActiveState={unit.active_state}, MainPID={unit.main_pid}, cgroup "
@@ -388,12 +402,13 @@ def check_enabled(snapshot: Snapshot) -> list[CheckResult]:
     stage, unit = snapshot.label, snapshot.unit
     state = unit.unit_file_state
     if state in DURABLE_UNIT_FILE_STATES:
-        return [passed(stage, "source.not-enabled", unit.name, f"UnitFileState={state}")]
+        return [passed(stage, Check.NOT_ENABLED, unit.name, f"UnitFileState={state}")]
     return [
         failed(
             stage,
-            "source.not-enabled",
+            Check.NOT_ENABLED,
             unit.name,
+            Reason.NOT_ENABLED,
             f"{unit.name} is {unit.active_state or 'not active'} now but its UnitFileState is "
             f"{state or 'unknown'}: it will not start at the next boot",
         )
@@ -403,7 +418,7 @@ def check_enabled(snapshot: Snapshot) -> list[CheckResult]:
 def check_hugepage_source(snapshot: Snapshot, size_kib: int | None) -> list[CheckResult]:
     """Reserved hugepages must come from a boot-time source, not a runtime write."""
     stage, pages = snapshot.label, snapshot.hugepages
-    check = "source.hugepages"
+    check = Check.HUGEPAGE_SOURCE
     sizes = [size_kib] if size_kib else [kib for kib, count in pages.pools.items() if count]
     reserved = {kib: pages.count(kib) for kib in sizes if pages.count(kib) > 0}
     unit = pages.unit
@@ -413,6 +428,7 @@ def check_hugepage_source(snapshot: Snapshot, size_kib: int | None) -> list[Chec
                 stage,
                 check,
                 unit.name,
+                Reason.HUGEPAGE_UNIT_MASKED,
                 f"the hugepage unit {unit.name} is masked ({unit.unit_file_state}): hugepages "
                 f"({_describe(reserved)} now) will not be reserved at the next boot",
             )
@@ -447,6 +463,7 @@ def check_hugepage_source(snapshot: Snapshot, size_kib: int | None) -> list[Chec
             stage,
             check,
             "hugepages",
+            Reason.HUGEPAGES_RUNTIME_ONLY,
             f"{_describe(reserved)} hugepages are reserved now but nothing reserves them at "
             f"boot ({why}; no nr_hugepages in sysctl.d; no hugepages= on the kernel command "
             "line): they were written at runtime and will be gone after a reboot",
@@ -465,12 +482,13 @@ def check_generation(snapshot: Snapshot) -> list[CheckResult]:
     if current is None or default is None:
         return []
     if current == default:
-        return [passed(snapshot.label, "source.generation", "system", f"boots {current}")]
+        return [passed(snapshot.label, Check.GENERATION, "system", f"boots {current}")]
     return [
         failed(
             snapshot.label,
-            "source.generation",
+            Check.GENERATION,
             "/nix/var/nix/profiles/system",
+            Reason.BOOT_DEFAULT_DIFFERS,
             f"the running generation is {current} but the system profile (what the next boot "
             f"starts) is {default}: the switch did not set the boot default",
         )

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from vmtests.contracts.paths import REPO_ROOT, cache_dir, nixpkgs_tree
+from vmtests.contracts.serving import Hugepages
 from vmtests.nixrun import NixError, evaluate_json, nix_value
 
 CORE_FILE = REPO_ROOT / "modules" / "serving" / "core.nix"
@@ -29,7 +30,7 @@ class CoreOutput:
     environment: dict[str, str]
     banner: str
     digest: str
-    hugepages: dict[str, Any] | None
+    hugepages: Hugepages | None
     stop_timeout: int
     failed_assertions: list[str]
     warnings: list[str]
@@ -72,7 +73,7 @@ def evaluate_core(
         environment=dict(data["environment"]),
         banner=data["banner"],
         digest=data["digest"],
-        hugepages=data["hugepages"],
+        hugepages=Hugepages.from_core(data["hugepages"]),
         stop_timeout=int(data["stopTimeout"]),
         failed_assertions=list(data["failedAssertions"]),
         warnings=list(data["warnings"]),

@@ -15,6 +15,7 @@ import pytest
 
 from vmtests.contracts import instrumentation as contract
 from vmtests.contracts.instrumentation import GUEST_MEMORY_MB, GUEST_TOOLS
+from vmtests.contracts.serving import Hugepages
 from vmtests.driver.errors import CommandFailed
 from vmtests.driver.machine import CommandResult
 from vmtests.driver.shell import REBOOT_COMMAND
@@ -139,16 +140,16 @@ def test_hugepages_of_every_profile_fit_in_the_contracts_memory() -> None:
     for name in available_profiles():
         profile = load_profile(name)
         if profile.hugepages is not None:
-            check_hugepages_fit(profile.hugepages.count, profile.hugepages.size_kib)
+            check_hugepages_fit(profile.hugepages)
 
 
 def test_hugepage_fit_fails_below_the_measured_minimum() -> None:
-    gib = 1024 * 1024
-    assert required_memory_mb(2, gib) == 8192  # measured: 2 x 1 GiB need 8192 MB
+    # Measured: 2 x 1 GiB need 8192 MB.
+    assert required_memory_mb(2, Hugepages(2, "1G").size_kib) == 8192
     with pytest.raises(ValueError, match=r"need 8192 MB .* has 6144 MB: raise resources.memoryMB"):
-        check_hugepages_fit(2, gib, memory_mb=6144)
-    check_hugepages_fit(2, gib, memory_mb=GUEST_MEMORY_MB)
-    check_hugepages_fit(512, 2048, memory_mb=4096)  # 2 MiB pages need no aligned GiB
+        check_hugepages_fit(Hugepages(2, "1G"), memory_mb=6144)
+    check_hugepages_fit(Hugepages(2, "1G"), memory_mb=GUEST_MEMORY_MB)
+    check_hugepages_fit(Hugepages(512, "2M"), memory_mb=4096)  # 2 MiB pages need no aligned GiB
 
 
 def test_guest_description_names_the_contract_fields_with_their_values(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from vmtests.contracts.paths import REPO_ROOT
+from vmtests.contracts.serving import Hugepages
 from vmtests.nixcore import CoreOutput
 from vmtests.nixrun import evaluate_json, nix_value
 from vmtests.profiles import Profile
@@ -26,15 +27,15 @@ def configuration_mismatches(
     argv: list[str],
     environment: dict[str, str],
     banner: str,
-    hugepages: dict[str, Any] | None,
+    hugepages: Hugepages | None,
 ) -> list[Mismatch]:
     """Everything in ``profile`` that the given argv, environment, banner and hugepages break."""
     mismatches = match_args(profile, argv) + match_environment(profile, environment)
     mismatches += match_module_banner(profile, parse_module_banner(banner))
     if profile.hugepages is not None:
         # No reservation at all counts as zero pages of the expected size.
-        count = hugepages["count"] if hugepages else 0
-        size_kib = hugepages["sizeKiB"] if hugepages else profile.hugepages.size_kib
+        count = hugepages.count if hugepages else 0
+        size_kib = hugepages.size_kib if hugepages else profile.hugepages.size_kib
         mismatches += match_hugepages(profile, count, size_kib)
     return mismatches
 

@@ -9,6 +9,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from urllib.parse import parse_qs
 
+from vmtests.contracts.serving import HUGEPAGE_SIZES_KIB
 from vmtests.guest.resources import required_memory_mb
 
 # oci-containers.nix's docker run options that take no value, and the image position: the
@@ -16,9 +17,6 @@ from vmtests.guest.resources import required_memory_mb
 VM_TARGETS = {"vm-test-cfx-llm2": "cfx-llm2", "vm-test-resident": "resident"}
 VM_CONFIGURATIONS = ("vm-test-base", *VM_TARGETS)
 ALL_CONFIGURATIONS = ("cfx-llm2", *VM_CONFIGURATIONS)
-HUGEPAGE_KIB = {"1G": 1024 * 1024, "2M": 2048}
-"""Page sizes in KiB; whether pages fit is ``vmtests.guest.resources``' rule, which
-hosts/vm-test/common.nix asserts with the same contract numbers."""
 
 
 def missing_tools(path: Sequence[str], tool_packages: Mapping[str, str]) -> list[str]:
@@ -57,7 +55,8 @@ def graceful_before_removal(text: str, name: str, stop_timeout: int) -> bool:
 
 def hugepages_fit(memory_mb: int, count: int, size: str) -> bool:
     """Whether ``count`` pages of ``size`` fit the guest's memory by the contract's rule."""
-    return required_memory_mb(count, HUGEPAGE_KIB[size]) <= memory_mb
+    # vmtests.guest.resources' rule, which hosts/vm-test/common.nix asserts with the same numbers.
+    return required_memory_mb(count, HUGEPAGE_SIZES_KIB[size]) <= memory_mb
 
 
 def container_argv(docker_run: Sequence[str], image: str) -> list[str]:

@@ -14,6 +14,7 @@ import pytest
 from eval_support import configuration_mismatches, evaluate_module, explain, profile_values
 
 from vmtests.contracts.paths import REPO_ROOT
+from vmtests.contracts.serving import HUGEPAGE_SIZES_KIB, Hugepages
 from vmtests.nixcore import evaluate_core
 from vmtests.profiles import available_profiles, load_profile
 
@@ -59,7 +60,7 @@ def test_the_production_host_runs_the_cfx_llm2_profile(nixpkgs_lib: Path) -> Non
     assert "--volume=/var/lib/models:/models:ro" in container["extraOptions"]
 
 
-def _hugepages_from_units(result: dict[str, Any]) -> dict[str, Any] | None:
+def _hugepages_from_units(result: dict[str, Any]) -> Hugepages | None:
     """Read count and page size back from the generated oneshot's script."""
     unit = result["hugepages"]
     if unit is None:
@@ -70,7 +71,8 @@ def _hugepages_from_units(result: dict[str, Any]) -> dict[str, Any] | None:
     )
     assert pool, f"no hugepage pool path in the oneshot script:\n{unit['script']}"
     assert count, f"no nr_hugepages write in the oneshot script:\n{unit['script']}"
-    return {"count": int(count.group(1)), "sizeKiB": int(pool.group(1))}
+    size = {kib: name for name, kib in HUGEPAGE_SIZES_KIB.items()}[int(pool.group(1))]
+    return Hugepages(int(count.group(1)), size)
 
 
 def test_the_unit_is_tenstorrent_serving_with_the_device_layer(nixpkgs_lib: Path) -> None:

@@ -36,6 +36,7 @@ from vmtests.contracts.instrumentation import (
     KERNEL_PARAMS,
 )
 from vmtests.contracts.paths import REPO_ROOT
+from vmtests.contracts.serving import Hugepages
 from vmtests.driver import accel, qemu_launch
 from vmtests.nixos_eval import (
     NixosEvalUnavailable,
@@ -290,11 +291,7 @@ def test_the_rendered_serving_unit_meets_the_profile(nixos: dict[str, Any], name
     assert pre_start.script is not None
     banner = pre_start.script.splitlines()[0]
     hugepages = described["serving"]["hugepages"]
-    reserved = (
-        {"count": hugepages["count"], "sizeKiB": {"1G": 1048576, "2M": 2048}[hugepages["size"]]}
-        if hugepages["count"]
-        else None
-    )
+    reserved = Hugepages(hugepages["count"], hugepages["size"]) if hugepages["count"] else None
     mismatches = configuration_mismatches(
         profile,
         container_argv(argv, image),

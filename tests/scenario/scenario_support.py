@@ -156,7 +156,7 @@ def good_snapshot(resident: bool = False, label: str = "S1") -> Snapshot:
         boot_id=BOOT,
         kernel_cmdline="root=/dev/vda rw console=ttyS0",
         unit=unit,
-        process=process,
+        main_process=process,
         listener=listener,
         manager_environment={"LANG": "C.UTF-8", "PATH": "/usr/bin"},
         journal=[

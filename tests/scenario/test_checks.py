@@ -43,27 +43,27 @@ def test_cfx_snapshot_fails_the_resident_profile() -> None:
 
 def _drop_arg(flag: str) -> Callable[[Snapshot], None]:
     def mutate(snapshot: Snapshot) -> None:
-        assert snapshot.process is not None
-        snapshot.process.argv.remove(flag)
+        assert snapshot.server is not None
+        snapshot.server.argv.remove(flag)
 
     return mutate
 
 
 def _add_arg(flag: str) -> Callable[[Snapshot], None]:
     def mutate(snapshot: Snapshot) -> None:
-        assert snapshot.process is not None
-        snapshot.process.argv.append(flag)
+        assert snapshot.server is not None
+        snapshot.server.argv.append(flag)
 
     return mutate
 
 
 def _set_env(name: str, value: str | None) -> Callable[[Snapshot], None]:
     def mutate(snapshot: Snapshot) -> None:
-        assert snapshot.process is not None
+        assert snapshot.server is not None
         if value is None:
-            del snapshot.process.environment[name]
+            del snapshot.server.environment[name]
         else:
-            snapshot.process.environment[name] = value
+            snapshot.server.environment[name] = value
 
     return mutate
 
@@ -230,8 +230,8 @@ def test_consistency_switch_without_its_banner() -> None:
 
 def test_consistency_detail_mismatch() -> None:
     snapshot = good_snapshot()
-    assert snapshot.process is not None
-    argv = snapshot.process.argv
+    assert snapshot.server is not None
+    argv = snapshot.server.argv
     argv[argv.index("--mamba-cache-mode") + 1] = "all"
     found = failures(check_consistency(snapshot))
     assert [(r.subject, r.reason) for r in found] == [
@@ -243,7 +243,7 @@ def test_consistency_detail_mismatch() -> None:
 
 def test_consistency_without_a_process() -> None:
     snapshot = good_snapshot()
-    snapshot.process = None
+    snapshot.main_process = None
     found = failures(check_consistency(snapshot))
     assert found[0].finding == Finding(Check.CONSISTENCY, Reason.NO_PROCESS)
     assert "no serving process" in found[0].message

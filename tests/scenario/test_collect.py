@@ -91,8 +91,8 @@ def test_parse_snapshot_reads_every_section_and_redacts_secrets() -> None:
     assert snapshot.environment["QWEN36_SDPA_STREAMING"] == "1"
     assert snapshot.manager_environment["API_KEY"] == REDACTED
     assert "hf_secret" not in json.dumps(snapshot.to_dict())
-    assert snapshot.process is not None
-    assert snapshot.process.cgroup.endswith("serving.service")
+    assert snapshot.server is not None
+    assert snapshot.server.cgroup.endswith("serving.service")
     assert [line.boot_id for line in snapshot.journal] == [snapshot.boot_id] * 2
     assert snapshot.journal[1].message.startswith("qwen36: SDPA streaming ACTIVE")
     assert next(line.message for line in snapshot.current_lines()).startswith("tenstorrent-")
@@ -117,6 +117,13 @@ def test_snapshot_round_trips_through_json() -> None:
     snapshot = good_snapshot()
     data = json.loads(json.dumps(snapshot.to_dict()))
     assert Snapshot.from_dict(data) == snapshot
+    # With a container: the container's process is the server, the MainPID its launcher.
+    output = f"{MARK}container\n{DOCKER_INSPECT_SAMPLE.read_text()}\n{MARK}end\n"
+    inspected = parse_snapshot(output, "S1")
+    again = Snapshot.from_dict(json.loads(json.dumps(inspected.to_dict())))
+    assert again == inspected
+    assert again.container is not None
+    assert again.server is again.container.process
 
 
 def test_snapshot_command_quotes_its_arguments() -> None:
@@ -157,10 +164,11 @@ def test_container_branch_reads_a_real_docker_inspect_sample() -> None:
     snapshot = parse_snapshot(output, "S1")
     assert snapshot.errors == []
     assert snapshot.container is not None
-    assert snapshot.container["name"] == "tenstorrent-serving"
-    assert snapshot.container["stop_timeout"] == 60
-    assert snapshot.container["state"]["Running"] is True
-    process = snapshot.process
+    assert snapshot.container.name == "tenstorrent-serving"
+    assert snapshot.container.stop_timeout == 60
+    assert snapshot.container.running is True
+    process = snapshot.server
+    assert process is snapshot.container.process
     assert process is not None
     assert (process.origin, process.pid) == ("container", 2417)
     # Path + Args: the entrypoint's first word belongs to the argv.
@@ -175,7 +183,8 @@ def test_container_branch_reads_a_real_docker_inspect_sample() -> None:
 def test_container_inspect_that_failed_is_an_error_not_a_process() -> None:
     text = "Error: No such object: tenstorrent-serving"
     snapshot = parse_snapshot(f"{MARK}container\n{text}\n{MARK}end\n", "S1")
-    assert snapshot.process is None
+    assert snapshot.container is None
+    assert snapshot.server is None
     assert any("container inspect failed" in error for error in snapshot.errors)
 
 

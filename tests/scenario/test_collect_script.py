@@ -134,8 +134,8 @@ def test_unit_properties_files_and_environment(
     assert unit.environment["HF_TOKEN"] != SECRET
     assert unit.files[str(fragment)] == "[Service]\nExecStart=/bin/true\n"
     assert len(unit.files) == 2  # the fragment and the drop-in that exists
-    assert snapshot.process is not None
-    assert snapshot.process.pid == os.getpid()
+    assert snapshot.server is not None
+    assert snapshot.server.pid == os.getpid()
     assert snapshot.tt_smi.status is None
     assert "without the card" in snapshot.tt_smi.error
 

@@ -27,9 +27,9 @@ def _next_boot(snapshot: Snapshot) -> Snapshot:
     snapshot.unit.properties["ExecStart"] = snapshot.unit.prop("ExecStart").replace(
         "pid=594", "pid=321"
     )
-    assert snapshot.process is not None
-    snapshot.process.pid = 321
-    snapshot.process.environment["INVOCATION_ID"] = "f" * 32
+    assert snapshot.server is not None
+    snapshot.server.pid = 321
+    snapshot.server.environment["INVOCATION_ID"] = "f" * 32
     for line in snapshot.journal:
         line.boot_id, line.invocation_id = snapshot.boot_id, "f" * 32
     return snapshot
@@ -44,8 +44,8 @@ def test_same_configuration_after_reboot_is_durable() -> None:
 
 def test_lost_flag_shows_up_as_a_diff() -> None:
     before, after = good_snapshot(), _next_boot(good_snapshot())
-    assert after.process is not None
-    after.process.argv.remove("--no-async-scheduling")
+    assert after.server is not None
+    after.server.argv.remove("--no-async-scheduling")
     diffs = diff_snapshots(before, after, CFX)
     assert [d.field for d in diffs] == ["process.argv"]
     found = failures(check_durable(before, after, CFX))

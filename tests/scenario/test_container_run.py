@@ -49,8 +49,8 @@ def _snapshot(script: str | None, inspect: str) -> Snapshot:
         f"{MARK}container\n{inspect}\n{MARK}end\n"
     )
     snapshot = parse_snapshot(output, "S1")
-    assert snapshot.process is not None
-    assert snapshot.process.origin == "container"
+    assert snapshot.server is not None
+    assert snapshot.server.origin == "container"
     return snapshot
 
 
@@ -141,8 +141,8 @@ def test_redacted_values_are_not_compared(different: bool) -> None:
     )
     snapshot = _snapshot(script, _inspect(drop_api_key=False))
     assert key not in snapshot.unit.sources[SCRIPT_PATH]
-    assert snapshot.process is not None
-    assert snapshot.process.environment["HF_TOKEN"] == REDACTED
+    assert snapshot.server is not None
+    assert snapshot.server.environment["HF_TOKEN"] == REDACTED
     assert failures(check_restarted_after_change(snapshot)) == []
 
 

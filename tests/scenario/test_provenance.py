@@ -96,8 +96,8 @@ def test_an_unrelated_manager_variable_is_information_only() -> None:
     """systemctl set-environment EDITOR=vi reaches every service; it must not fail a run."""
     snapshot = good_snapshot()
     snapshot.manager_environment["EDITOR"] = "vi"
-    assert snapshot.process is not None
-    snapshot.process.environment["EDITOR"] = "vi"
+    assert snapshot.server is not None
+    snapshot.server.environment["EDITOR"] = "vi"
     results = evaluate_stage(CFX, snapshot)
     assert failures(results) == []
     (note,) = [r for r in results if r.check == Check.UNRELATED]
@@ -111,8 +111,8 @@ def test_an_unrelated_manager_variable_is_information_only() -> None:
 def test_a_serving_variable_in_the_manager_environment_still_fails() -> None:
     snapshot = good_snapshot()
     snapshot.manager_environment["VLLM_USE_V1"] = "1"
-    assert snapshot.process is not None
-    snapshot.process.environment["VLLM_USE_V1"] = "1"
+    assert snapshot.server is not None
+    snapshot.server.environment["VLLM_USE_V1"] = "1"
     bad = failures(evaluate_stage(CFX, snapshot))
     assert [r.check for r in bad] == ["source.manager-environment"]
 

@@ -31,11 +31,11 @@ def _result(broken: bool) -> ScenarioResult:
     s2 = good_snapshot(label="S2")
     s2.boot_id = "22222222-2222-3333-4444-555555555555"
     for snapshot in (s1, s2):
-        assert snapshot.process is not None
-        snapshot.process.environment["HF_TOKEN"] = "<redacted>"
-    assert s2.process is not None
+        assert snapshot.server is not None
+        snapshot.server.environment["HF_TOKEN"] = "<redacted>"
+    assert s2.server is not None
     if broken:
-        s2.process.argv.remove("--no-async-scheduling")
+        s2.server.argv.remove("--no-async-scheduling")
     result = ScenarioResult(CFX, "qemu:reference", "reference install step")
     result.snapshots = {"S1": s1, "S2": s2}
     result.checks = evaluate_stage(CFX, s1) + evaluate_stage(CFX, s2, previous=s1)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from vmtests.contracts.serving import Hugepages
 from vmtests.guest import toolpath
 from vmtests.guest.stub_image import IMAGE
 from vmtests.scenario.reference_switch import ServingConfig, render_units
@@ -24,7 +25,7 @@ from vmtests.scenario.serving_unit import (
 from vmtests.scenario.sources import script_command
 
 IMAGE_FILE = f"{STORE_DIR}/0123-vmtests-stub-vllm.tar.gz"
-HUGEPAGES = {"count": 2, "size": "1G", "sizeKiB": 1048576}
+HUGEPAGES = Hugepages(2, "1G")
 
 
 def _config(**changes: object) -> ServingConfig:

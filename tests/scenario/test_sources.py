@@ -10,7 +10,7 @@ from scenario_support import GIB_KIB, good_snapshot
 
 from vmtests.contracts.findings import Check, Finding, Reason
 from vmtests.scenario.results import failures
-from vmtests.scenario.snapshot import Snapshot
+from vmtests.scenario.snapshot import ContainerState, Snapshot
 from vmtests.scenario.sources import check_sources, is_runtime_path, origin_of
 
 DROP_IN = "/run/systemd/system/tenstorrent-serving.service.d/50-validated.conf"
@@ -52,14 +52,14 @@ def _not_reloaded(snapshot: Snapshot) -> None:
 
 @caught_by(Check.NOT_RESTARTED, Reason.ARGV_DIFFERS, "the unit's ExecStart is now")
 def _argv_not_restarted(snapshot: Snapshot) -> None:
-    assert snapshot.process is not None
-    snapshot.process.argv.remove("--no-async-scheduling")
+    assert snapshot.server is not None
+    snapshot.server.argv.remove("--no-async-scheduling")
 
 
 @caught_by(Check.NOT_RESTARTED, Reason.ENVIRONMENT_DIFFERS, "QWEN36_MERGE_BATCH_GUARD")
 def _env_not_restarted(snapshot: Snapshot) -> None:
-    assert snapshot.process is not None
-    del snapshot.process.environment["QWEN36_MERGE_BATCH_GUARD"]
+    assert snapshot.server is not None
+    del snapshot.server.environment["QWEN36_MERGE_BATCH_GUARD"]
 
 
 @caught_by(Check.OUTSIDE_UNIT, Reason.OUTSIDE_UNIT, "is pid 4242")
@@ -168,21 +168,20 @@ START_SCRIPT = "/usr/lib/vmtests/store/0-unit-script-tenstorrent-serving-start/b
 
 
 def _container_snapshot(live_argv: list[str]) -> Snapshot:
-    """A container-run service: the unit's process is the attached `docker run` (launcher)."""
+    """A container-run service: the unit's main process is the attached `docker run`."""
     snapshot = good_snapshot()
-    assert snapshot.process is not None
+    main = snapshot.main_process
+    assert main is not None
     script = "#!/bin/bash\nset -e\n\nexec docker  \\\n  run \\\n  --name=x \\\n  img \\\n  --a 1\n"
     snapshot.start_script = {START_SCRIPT: script}
     snapshot.unit.properties["ExecStart"] = (
         f"{{ path={START_SCRIPT} ; argv[]={START_SCRIPT} ; ignore_errors=no }}"
     )
-    snapshot.launcher = replace(snapshot.process, argv=live_argv, environment={})
+    snapshot.main_process = replace(main, argv=live_argv, environment={})
     snapshot.unit.environment = {}
-    snapshot.container = {"name": "/x", "state": {"Pid": snapshot.process.pid}}
     # The container itself (docker inspect) runs what the script passes after the image.
-    snapshot.process = replace(
-        snapshot.process, origin="container", argv=["/entrypoint", "--a", "1"], environment={}
-    )
+    process = replace(main, origin="container", argv=["/entrypoint", "--a", "1"], environment={})
+    snapshot.container = ContainerState("x", process=process)
     return snapshot
 
 
@@ -204,7 +203,7 @@ def test_container_launcher_older_than_the_start_script_is_caught() -> None:
 
 def test_no_live_process_is_no_pass() -> None:
     snapshot = good_snapshot()
-    snapshot.process = None
+    snapshot.main_process = None
     found = [
         r for r in failures(check_sources(snapshot, GIB_KIB)) if r.check == "source.not-restarted"
     ]

@@ -73,8 +73,8 @@ def assert_scenario_passed(scenario: Scenario, machine: QemuMachine, report_dir:
     # module's, and the banners reached the unit's journal through the attached docker run.
     for snapshot in (s1, s2):
         assert snapshot.container is not None
-        assert snapshot.container["stop_timeout"] == 60
-        assert snapshot.process is not None
-        assert snapshot.process.origin == "container"
-        assert snapshot.launcher is not None
-        assert snapshot.launcher.argv[:2] == ["docker", "run"]
+        assert snapshot.container.stop_timeout == 60
+        assert snapshot.server is snapshot.container.process
+        assert snapshot.server.origin == "container"
+        assert snapshot.main_process is not None
+        assert snapshot.main_process.argv[:2] == ["docker", "run"]

@@ -13,10 +13,10 @@ from vmtests.certify import hostops, prompts, stats
 from vmtests.certify.context import MIN_REQUESTS, Context, spec
 from vmtests.certify.loadgen import RequestRecord
 from vmtests.certify.model import FAILED, PASSED, GateResult
+from vmtests.contracts.serving import GIB_KIB
 from vmtests.scenario.checks import evaluate_stage
 from vmtests.scenario.collect import take_snapshot
 
-GIB_KIB = 1024 * 1024
 DEFECT_RATE = 1 / 128
 
 

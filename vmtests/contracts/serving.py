@@ -1,4 +1,5 @@
-"""The serving unit as every tier sees it: its name, its port and its readiness budget.
+"""The serving unit as every tier sees it: its name, its port, its device, its hugepages and
+its readiness budget.
 
 The NixOS module sets the oci-containers ``serviceName`` so that the unit has the same name on
 a NixOS host, in the NixOS test VM and on the reference guest
@@ -6,6 +7,9 @@ a NixOS host, in the NixOS test VM and on the reference guest
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 SERVING_UNIT = "tenstorrent-serving.service"
 """The systemd unit that runs the serving container (or the stub server)."""
@@ -27,3 +31,52 @@ READY_TIMEOUT = 300.0
 Generous because a guest under TCG on two shared cores starts the stub several times slower
 than a host does; a real model load on a P150 is bounded by the same figure.
 """
+
+DEVICE = "/dev/tenstorrent/0"
+"""The card's device node: the module's default ``devices``, what the stub device layer creates
+and the stub server requires (tt-kmd names the first card so)."""
+
+GIB_KIB = 1024 * 1024
+"""KiB in a GiB: a 1G hugepage, and the unit of the certification's memory floor."""
+
+HUGEPAGE_SIZES_KIB = {"1G": GIB_KIB, "2M": 2048}
+"""The module's ``hugepages.size`` values and their page sizes, as in
+``/sys/kernel/mm/hugepages/hugepages-<KiB>kB``."""
+
+
+@dataclass(frozen=True)
+class Hugepages:
+    """``count`` hugepages of ``size`` ("1G" or "2M") reserved at boot: what the Nix core
+    computes for a serving profile and what an expectation profile requires."""
+
+    count: int
+    size: str
+
+    def __post_init__(self) -> None:
+        if self.size not in HUGEPAGE_SIZES_KIB:
+            raise ValueError(
+                f"hugepage size {self.size!r}: expected one of {list(HUGEPAGE_SIZES_KIB)}"
+            )
+
+    @property
+    def size_kib(self) -> int:
+        """The page size in KiB, as in ``/sys/kernel/mm/hugepages/hugepages-<KiB>kB``."""
+        return HUGEPAGE_SIZES_KIB[self.size]
+
+    @property
+    def mount_point(self) -> str:
+        """The hugetlbfs mount the module declares and passes to the container."""
+        return f"/dev/hugepages-{self.size}"
+
+    def __str__(self) -> str:
+        return f"{self.count} x {self.size}"
+
+    @classmethod
+    def from_core(cls, data: Mapping[str, object] | None) -> Hugepages | None:
+        """The core's ``hugepages`` (``null`` or ``{ count; size; sizeKiB; }``), checked."""
+        if data is None:
+            return None
+        pages = cls(int(str(data["count"])), str(data["size"]))
+        if int(str(data["sizeKiB"])) != pages.size_kib:
+            raise ValueError(f"the Nix core's hugepages {dict(data)} disagree on the page size")
+        return pages

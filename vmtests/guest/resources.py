@@ -17,14 +17,13 @@ from vmtests.contracts.instrumentation import (
     HUGEPAGE_HEADROOM_MB,
     HUGEPAGE_LOW_MEMORY_MB,
 )
+from vmtests.contracts.serving import GIB_KIB, Hugepages
 
 # The rule's two numbers are contract fields, so that hosts/vm-test/common.nix applies the same
 # rule to the NixOS VM: HUGEPAGE_LOW_MEMORY_MB is the RAM below 4 GiB that never yields an
 # aligned 1 GiB page (``pc`` machine layout); HUGEPAGE_HEADROOM_MB is what the guest needs
 # besides the pages: kernel, systemd, dockerd, the server, and the GiB at the top of memory that
 # early allocations occupy.
-
-GIB_KIB = 1024 * 1024
 
 
 def required_memory_mb(count: int, size_kib: int) -> int:
@@ -36,12 +35,12 @@ def required_memory_mb(count: int, size_kib: int) -> int:
     return low + pages_mb + HUGEPAGE_HEADROOM_MB
 
 
-def check_hugepages_fit(count: int, size_kib: int, memory_mb: int = GUEST_MEMORY_MB) -> None:
+def check_hugepages_fit(hugepages: Hugepages, memory_mb: int = GUEST_MEMORY_MB) -> None:
     """Raise ``ValueError`` saying what to change when the pages do not fit in ``memory_mb``."""
-    needed = required_memory_mb(count, size_kib)
+    needed = required_memory_mb(hugepages.count, hugepages.size_kib)
     if memory_mb < needed:
         raise ValueError(
-            f"{count} x {size_kib} KiB hugepages need {needed} MB of guest memory to be reserved "
+            f"{hugepages} hugepages need {needed} MB of guest memory to be reserved "
             f"reliably, but the guest has {memory_mb} MB: raise resources.memoryMB in "
             "vmtests/contracts/instrumentation.json or reserve fewer pages"
         )

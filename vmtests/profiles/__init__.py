@@ -11,7 +11,6 @@ from vmtests.profiles.loader import available_profiles, load_profile
 from vmtests.profiles.schema import (
     ArgExpectation,
     BannerExpectation,
-    HugepagesExpectation,
     Profile,
     ProfileError,
 )
@@ -19,7 +18,6 @@ from vmtests.profiles.schema import (
 __all__ = [
     "ArgExpectation",
     "BannerExpectation",
-    "HugepagesExpectation",
     "Profile",
     "ProfileError",
     "available_profiles",

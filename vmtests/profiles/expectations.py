@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from vmtests.contracts.features import module_banner_tag
 from vmtests.contracts.findings import Reason
-from vmtests.profiles.schema import HUGEPAGE_SIZES_KIB, Profile
+from vmtests.contracts.serving import HUGEPAGE_SIZES_KIB
+from vmtests.profiles.schema import Profile
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,12 @@ from typing import Any
 import yaml
 
 from vmtests.contracts.paths import REPO_ROOT
+from vmtests.contracts.serving import HUGEPAGE_SIZES_KIB, Hugepages
 from vmtests.profiles.schema import (
     EXPECTATION_KEYS,
-    HUGEPAGE_SIZES_KIB,
     TOP_LEVEL_KEYS,
     ArgExpectation,
     BannerExpectation,
-    HugepagesExpectation,
     Profile,
     ProfileError,
     SchemaReader,
@@ -188,7 +187,7 @@ def _banners(
     return tuple(present), tuple(absent)
 
 
-def _hugepages(reader: SchemaReader, value: object) -> HugepagesExpectation | None:
+def _hugepages(reader: SchemaReader, value: object) -> Hugepages | None:
     if value is None:
         return None
     section: dict[str, Any] = reader.mapping(value, "hugepages", frozenset({"count", "size"}))
@@ -198,4 +197,4 @@ def _hugepages(reader: SchemaReader, value: object) -> HugepagesExpectation | No
     size = section.get("size")
     if size not in HUGEPAGE_SIZES_KIB:
         reader.error("hugepages.size", f"one of {', '.join(HUGEPAGE_SIZES_KIB)}", size)
-    return HugepagesExpectation(count, str(size))
+    return Hugepages(count, str(size))

@@ -23,8 +23,8 @@ from typing import Any, NoReturn
 import yaml
 
 from vmtests.contracts.features import ENV_FEATURES, env_name
+from vmtests.contracts.serving import Hugepages
 
-HUGEPAGE_SIZES_KIB = {"1G": 1024 * 1024, "2M": 2048}
 TOP_LEVEL_KEYS = frozenset(
     {"name", "description", "serving_profile", "args", "environment", "banners"}
     | {"module_banner", "hugepages", "server_config"}
@@ -63,19 +63,6 @@ class BannerExpectation:
 
 
 @dataclass(frozen=True)
-class HugepagesExpectation:
-    """Hugepages that must be reserved at boot: ``count`` pages of ``size`` ("1G" or "2M")."""
-
-    count: int
-    size: str
-
-    @property
-    def size_kib(self) -> int:
-        """The page size in KiB, as in ``/sys/kernel/mm/hugepages/hugepages-<KiB>kB``."""
-        return HUGEPAGE_SIZES_KIB[self.size]
-
-
-@dataclass(frozen=True)
 class Profile:
     """One validated expectation profile (see the module docstring)."""
 
@@ -89,7 +76,8 @@ class Profile:
     banners_present: tuple[BannerExpectation, ...]
     banners_absent: tuple[BannerExpectation, ...]
     module_banner: Mapping[str, str]
-    hugepages: HugepagesExpectation | None
+    hugepages: Hugepages | None
+    """The hugepages that must be reserved at boot."""
     source: Path
     # Labels of vllm:cache_config_info (vLLM config/cache.py field names, values as str()).
     server_config: Mapping[str, str] = field(default_factory=dict)

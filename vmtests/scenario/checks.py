@@ -232,18 +232,18 @@ def _banner_result(
 
 
 def _process_phrase(snapshot: Snapshot) -> str:
-    process = snapshot.process
+    if snapshot.container is not None:
+        return f"container {snapshot.container.name}"
+    process = snapshot.main_process
     if process is None:
         return f"no serving process: {snapshot.unit.name} has MainPID {snapshot.unit.main_pid}"
-    if process.origin == "container":
-        return f"container {snapshot.container.get('name') if snapshot.container else '?'}"
     return f"pid {process.pid}, MainPID of {snapshot.unit.name}"
 
 
 def check_consistency(snapshot: Snapshot) -> list[CheckResult]:
     """Every banner claiming a feature is on matches argv/env turning it on, and the reverse."""
     stage, check = snapshot.label, Check.CONSISTENCY
-    if snapshot.process is None:
+    if snapshot.server is None:
         return [failed(stage, check, "process", Reason.NO_PROCESS, _process_phrase(snapshot))]
     turned_on = features_turned_on(snapshot.argv, snapshot.environment)
     claimed = features_claimed(snapshot.current_lines())

@@ -19,6 +19,7 @@ from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_PORT, SERVING_UNIT
 from vmtests.driver.machine import Machine
 from vmtests.scenario.redact import redact_argv, redact_environment, redact_text
 from vmtests.scenario.snapshot import (
+    ContainerState,
     Endpoint,
     HugepageState,
     JournalLine,
@@ -243,7 +244,7 @@ def parse_snapshot(
     snapshot.manager_environment = redact_environment(
         _assignments(sections.get("manager_env", "").splitlines())
     )
-    snapshot.process = _process(sections.get("main_process", ""), "main-pid")
+    snapshot.main_process = _process(sections.get("main_process", ""), "main-pid")
     snapshot.listener = _process(sections.get("listener", ""), "listener")
     snapshot.journal = list(_journal(sections.get("journal", "")))
     snapshot.earlier_journal = list(_journal(sections.get("earlier_journal", "")))
@@ -271,13 +272,7 @@ def parse_snapshot(
     snapshot.start_script = _files(sections.get("start_script", ""))
     container_text = sections.get("container", "").strip()
     if container_text:
-        container, process = _container(container_text, snapshot.errors)
-        if container is not None:
-            snapshot.container, snapshot.launcher, snapshot.process = (
-                container,
-                snapshot.process,
-                process,
-            )
+        snapshot.container = _container(container_text, snapshot.errors)
     return snapshot
 
 
@@ -384,7 +379,7 @@ def _pools(text: str) -> dict[int, int]:
     return pools
 
 
-def _container(text: str, errors: list[str]) -> tuple[dict[str, Any] | None, ProcessState | None]:
+def _container(text: str, errors: list[str]) -> ContainerState | None:
     """docker/podman inspect: the container's argv, Env, State and StopTimeout.
 
     ``Path`` is the first word the container runs (the entrypoint's, or the command's without
@@ -395,20 +390,20 @@ def _container(text: str, errors: list[str]) -> tuple[dict[str, Any] | None, Pro
         parsed = json.loads(text)
     except json.JSONDecodeError:
         errors.append(f"container inspect failed: {redact_text(text[-500:])}")
-        return None, None
+        return None
     data: dict[str, Any] = parsed[0] if isinstance(parsed, list) and parsed else {}
     config: dict[str, Any] = data.get("Config") or {}
     state: dict[str, Any] = data.get("State") or {}
     environment = redact_environment(_assignments(list(config.get("Env") or [])))
     words = [data["Path"]] if data.get("Path") else []
     argv = redact_argv([str(arg) for arg in [*words, *(data.get("Args") or [])]])
-    summary = {
-        "name": str(data.get("Name", "")).lstrip("/"),
-        "image": config.get("Image", ""),
-        "args": argv,
-        "env": environment,
-        "state": {key: state.get(key) for key in ("Status", "Running", "Pid", "StartedAt")},
-        "stop_timeout": config.get("StopTimeout"),
-    }
-    pid = int(state.get("Pid") or 0)
-    return summary, ProcessState("container", pid, argv, environment, "")
+    stop_timeout = config.get("StopTimeout")
+    return ContainerState(
+        name=str(data.get("Name", "")).lstrip("/"),
+        image=str(config.get("Image", "")),
+        status=str(state.get("Status", "")),
+        running=bool(state.get("Running")),
+        started_at=str(state.get("StartedAt", "")),
+        stop_timeout=int(stop_timeout) if stop_timeout is not None else None,
+        process=ProcessState("container", int(state.get("Pid") or 0), argv, environment),
+    )

@@ -84,7 +84,7 @@ def durable_fields(snapshot: Snapshot, profile: Profile | None = None) -> dict[s
         "hugepages.pools": {str(k): v for k, v in sorted(snapshot.hugepages.pools.items()) if v},
         "hugepages.unit": snapshot.hugepages.unit.unit_file_state,
         "kernel_cmdline": snapshot.kernel_cmdline,
-        "container.stop_timeout": (snapshot.container or {}).get("stop_timeout"),
+        "container.stop_timeout": snapshot.container.stop_timeout if snapshot.container else None,
         "generation.current": snapshot.generations.get("/run/current-system"),
     }
 

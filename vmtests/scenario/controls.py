@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from vmtests.contracts.features import ENV_FEATURES, banner_text, env_name
 from vmtests.contracts.findings import Check, Finding, Reason
-from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_CONTAINER, SERVING_UNIT
+from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_CONTAINER, SERVING_UNIT, Hugepages
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
@@ -288,9 +288,8 @@ def unrelated_runtime_drop_in(machine: Machine, switch: ReferenceSwitch) -> None
 def runtime_hugepages(machine: Machine, switch: ReferenceSwitch) -> None:
     """No boot-time hugepage unit; the pages are written to sysfs at runtime."""
     install_units(machine, replace(switch.target, hugepages=None))
-    hugepages = switch.target.hugepages or {"count": 2, "sizeKiB": 1048576}
-    path = hugepages_path(int(str(hugepages["sizeKiB"])))
-    machine.succeed(f"echo {hugepages['count']} > {path}")
+    hugepages = switch.target.hugepages or Hugepages(2, "1G")
+    machine.succeed(f"echo {hugepages.count} > {hugepages_path(hugepages.size_kib)}")
 
 
 def masked_hugepage_unit(machine: Machine, switch: ReferenceSwitch) -> None:

@@ -28,7 +28,13 @@ from pathlib import Path
 
 from vmtests import nixos_eval
 from vmtests.contracts.instrumentation import GUEST_MEMORY_MB, SSH_PORT
-from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_PORT, SERVING_UNIT
+from vmtests.contracts.serving import (
+    HUGEPAGE_SIZES_KIB,
+    HUGEPAGES_UNIT,
+    SERVING_PORT,
+    SERVING_UNIT,
+    Hugepages,
+)
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
@@ -43,7 +49,6 @@ from vmtests.scenario.serving_unit import (
     OciContainer,
     RenderedUnits,
     ServiceAdjustments,
-    hugepage_mount,
     hugepages_path,
     mount_unit_name,
     oci_container,
@@ -70,7 +75,7 @@ class ServingConfig:
     args: tuple[str, ...]
     environment: Mapping[str, str]
     banner: str
-    hugepages: Mapping[str, object] | None
+    hugepages: Hugepages | None
     stop_timeout: int
     image: str = IMAGE
     image_file: str | None = None
@@ -161,7 +166,7 @@ def imitate_units(config: ServingConfig) -> RenderedUnits:
     return render_container_service(container, adjustments)
 
 
-def _reserve_now(hugepages: Mapping[str, object]) -> str:
+def _reserve_now(hugepages: Hugepages) -> str:
     """Start the hugepage unit now unless it already holds the pages.
 
     Like switch-to-configuration, an unchanged, active hugepage unit is left alone (restarting
@@ -169,11 +174,11 @@ def _reserve_now(hugepages: Mapping[str, object]) -> str:
     page cache and compacts memory before each of its tries while pages are missing, as it does
     on NixOS, and fails when fewer pages than asked are reserved.
     """
-    mount = shlex.quote(mount_unit_name(hugepage_mount(hugepages)))
-    pool = hugepages_path(int(str(hugepages["sizeKiB"])))
+    mount = shlex.quote(mount_unit_name(hugepages.mount_point))
+    pool = hugepages_path(hugepages.size_kib)
     return (
         f'if ! systemctl is-active -q {HUGEPAGES_UNIT} || [ "$(cat {pool})" -lt '
-        f"{int(str(hugepages['count']))} ]; then systemctl restart {HUGEPAGES_UNIT}; fi; "
+        f"{hugepages.count} ]; then systemctl restart {HUGEPAGES_UNIT}; fi; "
         f"systemctl is-active {HUGEPAGES_UNIT} && systemctl start {mount}"
     )
 
@@ -233,7 +238,8 @@ def _write_units(machine: Machine, config: ServingConfig) -> RenderedUnits:
     rendered = render_units(config)
     write_rendered(machine, rendered, firewall.firewall_files(config.firewall_tcp_ports))
     if not config.hugepages:
-        names = [HUGEPAGES_UNIT, *(mount_unit_name(f"/dev/hugepages-{s}") for s in ("1G", "2M"))]
+        mounts = [Hugepages(0, size).mount_point for size in HUGEPAGE_SIZES_KIB]
+        names = [HUGEPAGES_UNIT, *map(mount_unit_name, mounts)]
         files = [f"{UNIT_DIR}/{name}" for name in names]
         machine.succeed("systemctl disable --now %s 2>/dev/null; rm -f %s; true", names, files)
     return rendered
@@ -393,10 +399,7 @@ class ReferenceSwitch:
         memory_mb = getattr(machine, "memory_mb", None) or GUEST_MEMORY_MB
         for config in (self.base, self.target):
             if config.hugepages:
-                hugepages = config.hugepages
-                check_hugepages_fit(
-                    int(str(hugepages["count"])), int(str(hugepages["sizeKiB"])), memory_mb
-                )
+                check_hugepages_fit(config.hugepages, memory_mb)
         with log.nested("installing the stub device layer"):
             install_stub_device_layer(machine)
         with log.nested(f"loading the stub image file into {machine.name}"):

@@ -44,7 +44,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_CONTAINER, SERVING_UNIT
+from vmtests.contracts.serving import (
+    DEVICE,
+    HUGEPAGES_UNIT,
+    SERVING_CONTAINER,
+    SERVING_UNIT,
+    Hugepages,
+)
 from vmtests.guest import toolpath
 from vmtests.nixos_eval import job_script_file
 from vmtests.stub import knobs
@@ -103,7 +109,7 @@ class ServiceAdjustments:
 
     banner: str
     stop_timeout: int
-    hugepages: Mapping[str, object] | None
+    hugepages: Hugepages | None
     graceful_pre_start: bool = True
     """False renders oci-containers.nix's own pre-start (``docker rm -f``): a negative control."""
 
@@ -119,11 +125,6 @@ class RenderedUnits:
     def script_paths(self) -> list[str]:
         """Paths of the scripts (store files that must be executable)."""
         return sorted(self.scripts)
-
-
-def hugepage_mount(hugepages: Mapping[str, object]) -> str:
-    """The hugetlbfs mount point, ``/dev/hugepages-<size>``."""
-    return f"/dev/hugepages-{hugepages['size']}"
 
 
 def mount_unit_name(where: str) -> str:
@@ -142,8 +143,8 @@ def oci_container(
     args: tuple[str, ...],
     environment: Mapping[str, str],
     stop_timeout: int,
-    hugepages: Mapping[str, object] | None,
-    devices: tuple[str, ...] = ("/dev/tenstorrent/0",),
+    hugepages: Hugepages | None,
+    devices: tuple[str, ...] = (DEVICE,),
     extra_options: tuple[str, ...] = (),
     environment_files: tuple[str, ...] = (),
 ) -> OciContainer:
@@ -152,7 +153,7 @@ def oci_container(
     evaluated ``virtualisation.oci-containers.containers.tenstorrent-serving``."""
     options = [f"--device={device}" for device in devices]
     if hugepages:
-        mount = hugepage_mount(hugepages)
+        mount = hugepages.mount_point
         options.append(f"--volume={mount}:{mount}")
     options += ["--ipc=host", "--network=host", f"--stop-timeout={stop_timeout}"]
     return OciContainer(
@@ -296,7 +297,7 @@ def render_container_service(
         "[Unit]",
         f"After={' '.join(after)}",
         *([f"Requires={' '.join(requires)}"] if requires else []),
-        *([f"RequiresMountsFor={hugepage_mount(hugepages)}"] if hugepages else []),
+        *([f"RequiresMountsFor={hugepages.mount_point}"] if hugepages else []),
         "",
         "[Service]",
         *environment_lines((BACKEND,)),
@@ -323,9 +324,9 @@ def hugepages_path(size_kib: int) -> str:
     return f"/sys/kernel/mm/hugepages/hugepages-{size_kib}kB/nr_hugepages"
 
 
-def hugepage_script_text(hugepages: Mapping[str, object]) -> str:
+def hugepage_script_text(hugepages: Hugepages) -> str:
     """The module's ``tenstorrent-hugepages`` script (fails when fewer pages are reserved)."""
-    count, size, kib = hugepages["count"], hugepages["size"], hugepages["sizeKiB"]
+    count, size, kib = hugepages.count, hugepages.size, hugepages.size_kib
     return (
         f"pool=/sys/kernel/mm/hugepages/hugepages-{kib}kB\n"
         'if [ ! -d "$pool" ]; then\n'
@@ -359,9 +360,9 @@ def hugepage_script_text(hugepages: Mapping[str, object]) -> str:
     )
 
 
-def render_hugepage_units(hugepages: Mapping[str, object], rendered: RenderedUnits) -> None:
+def render_hugepage_units(hugepages: Hugepages, rendered: RenderedUnits) -> None:
     """The boot-time oneshot and the hugetlbfs mount the module declares."""
-    count, size = hugepages["count"], hugepages["size"]
+    count, size = hugepages.count, hugepages.size
     path, script = job_script(
         f"{HUGEPAGES_UNIT.removesuffix('.service')}-start", hugepage_script_text(hugepages)
     )
@@ -385,7 +386,7 @@ def render_hugepage_units(hugepages: Mapping[str, object], rendered: RenderedUni
             "",
         ]
     )
-    where = hugepage_mount(hugepages)
+    where = hugepages.mount_point
     rendered.units[mount_unit_name(where)] = "\n".join(
         [
             "[Unit]",

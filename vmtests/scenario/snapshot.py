@@ -89,6 +89,21 @@ class ProcessState:
 
 
 @dataclass
+class ContainerState:
+    """``docker/podman inspect`` of the serving container: its name (without Docker's leading
+    slash), image, state, stop timeout, and the process it runs (``origin`` ``container``:
+    ``[Path, *Args]``, ``Config.Env`` and ``State.Pid``)."""
+
+    name: str
+    image: str = ""
+    status: str = ""
+    running: bool = False
+    started_at: str = ""
+    stop_timeout: int | None = None
+    process: ProcessState = field(default_factory=lambda: ProcessState("container", 0))
+
+
+@dataclass
 class JournalLine:
     """One journal entry of the serving unit."""
 
@@ -130,12 +145,11 @@ class Snapshot:
     boot_id: str = ""
     kernel_cmdline: str = ""
     unit: UnitState = field(default_factory=lambda: UnitState(SERVING_UNIT))
-    process: ProcessState | None = None
+    main_process: ProcessState | None = None
+    """The unit's MainPID; with a container, the attached ``docker run`` that started it."""
     listener: ProcessState | None = None
-    container: dict[str, Any] | None = None
-    launcher: ProcessState | None = None
-    """With a container: the unit's MainPID (the attached ``docker run``), which ``process``
-    (the container) replaces."""
+    container: ContainerState | None = None
+    """The serving container, when one was named and inspected."""
     start_script: dict[str, str] = field(default_factory=dict)
     """The unit's ExecStart program when it is a script (NixOS's ``script``): path -> text."""
     manager_environment: dict[str, str] = field(default_factory=dict)
@@ -157,14 +171,20 @@ class Snapshot:
     # ---- interpretation ---------------------------------------------------------------------
 
     @property
+    def server(self) -> ProcessState | None:
+        """The serving process, whose argv and environment the checks read: the container's
+        when the container was inspected, else the unit's main process."""
+        return self.container.process if self.container is not None else self.main_process
+
+    @property
     def argv(self) -> list[str]:
         """The live argv of the serving process (empty when none runs)."""
-        return list(self.process.argv) if self.process else []
+        return list(self.server.argv) if self.server else []
 
     @property
     def environment(self) -> dict[str, str]:
         """The live environment of the serving process (empty when none runs)."""
-        return dict(self.process.environment) if self.process else {}
+        return dict(self.server.environment) if self.server else {}
 
     def current_lines(self) -> list[JournalLine]:
         """Journal lines of this boot that belong to the unit's current start.
@@ -199,15 +219,20 @@ class Snapshot:
         def process(raw: dict[str, Any] | None) -> ProcessState | None:
             return ProcessState(**raw) if raw else None
 
+        def container(raw: dict[str, Any] | None) -> ContainerState | None:
+            if not raw:
+                return None
+            return ContainerState(**{**raw, "process": ProcessState(**raw["process"])})
+
         hugepages = dict(data.get("hugepages", {}))
         hugepages["pools"] = {int(k): v for k, v in hugepages.get("pools", {}).items()}
         hugepages["unit"] = unit(hugepages.get("unit", {"name": HUGEPAGES_UNIT}))
         fields = dict(data)
         fields.update(
             unit=unit(data["unit"]),
-            process=process(data.get("process")),
+            main_process=process(data.get("main_process")),
             listener=process(data.get("listener")),
-            launcher=process(data.get("launcher")),
+            container=container(data.get("container")),
             journal=[JournalLine(**line) for line in data.get("journal", [])],
             earlier_journal=[JournalLine(**line) for line in data.get("earlier_journal", [])],
             health=Endpoint(**data["health"]),

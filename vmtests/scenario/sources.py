@@ -14,10 +14,10 @@ from collections.abc import Iterable
 
 from vmtests.contracts.features import ENV_FEATURES, env_name
 from vmtests.contracts.findings import Check, Reason
-from vmtests.scenario.container_run import BACKENDS, parse_container_run
+from vmtests.scenario.container_run import BACKENDS, ContainerRun, parse_container_run
 from vmtests.scenario.redact import REDACTED
 from vmtests.scenario.results import CheckResult, failed, passed
-from vmtests.scenario.snapshot import Snapshot, UnitState
+from vmtests.scenario.snapshot import ProcessState, Snapshot, UnitState
 
 # Manager variables every systemd sets or distributions preset; not a sign of a manual change.
 STANDARD_MANAGER_VARIABLES = frozenset({"PATH", "LANG", "LANGUAGE", "LOCALE_ARCHIVE", "TZDIR"})
@@ -183,12 +183,11 @@ def declared_command(snapshot: Snapshot) -> str:
 def check_restarted_after_change(snapshot: Snapshot) -> list[CheckResult]:
     """The running process must be what the unit, as systemd has it now, would start.
 
-    With a container the unit's own process is the attached ``docker run`` (``launcher``):
-    its argv must be the command the unit's start script runs now; and the container that
-    ``docker inspect`` shows must run the script's arguments and environment.
+    With a container the unit's main process is the attached ``docker run``: its argv must be
+    the command the unit's start script runs now; and the container that ``docker inspect``
+    shows must run the script's arguments and environment.
     """
     stage, unit = snapshot.label, snapshot.unit
-    process = snapshot.launcher if snapshot.container is not None else snapshot.process
     results: list[CheckResult] = []
     if unit.need_daemon_reload:
         results.append(
@@ -202,8 +201,7 @@ def check_restarted_after_change(snapshot: Snapshot) -> list[CheckResult]:
                 "old unit, and the next boot will run the new file",
             )
         )
-    container = snapshot.process if snapshot.container is not None else None
-    if process is None and container is None:
+    if snapshot.main_process is None and snapshot.container is None:
         results.append(
             failed(
                 stage,
@@ -214,44 +212,10 @@ def check_restarted_after_change(snapshot: Snapshot) -> list[CheckResult]:
                 f"{unit.prop('MainPID') or 'unknown'}): nothing to compare with the unit",
             )
         )
-    elif process is not None and process.origin == "main-pid":
-        declared = declared_command(snapshot)
-        live = " ".join(process.argv)
-        # A wrapper script (a file the unit reads) execs the server with other words.
-        wrapped = declared.split(" ", 1)[0] in unit.sources
-        if declared and declared != live and REDACTED not in live and not wrapped:
-            results.append(
-                failed(
-                    stage,
-                    Check.NOT_RESTARTED,
-                    unit.name,
-                    Reason.ARGV_DIFFERS,
-                    f"the live process (pid {process.pid}) runs `{live}` but the unit's "
-                    f"ExecStart is now `{declared}`: the unit changed but the service was not "
-                    "restarted",
-                )
-            )
-        stale_env = sorted(
-            name
-            for name, value in unit.environment.items()
-            if process.environment.get(name) != value
-        )
-        if stale_env:
-            results.append(
-                failed(
-                    stage,
-                    Check.NOT_RESTARTED,
-                    ",".join(stale_env),
-                    Reason.ENVIRONMENT_DIFFERS,
-                    f"the unit now sets {', '.join(stale_env)} but the live process (pid "
-                    f"{process.pid}) has different values: the unit changed but the service was "
-                    "not restarted",
-                )
-            )
-    if container is not None and container.origin == "container":
-        # The container itself (docker inspect), beside its launcher: the start script's
-        # image arguments and -e assignments must be what it runs with.
-        results += _container_not_restarted(snapshot)
+    if snapshot.main_process is not None:
+        results += _main_process_not_restarted(snapshot, snapshot.main_process)
+    if snapshot.container is not None:
+        results += _container_not_restarted(snapshot, snapshot.container.process)
     if not results:
         results.append(
             passed(stage, Check.NOT_RESTARTED, unit.name, "live process matches the unit")
@@ -259,18 +223,56 @@ def check_restarted_after_change(snapshot: Snapshot) -> list[CheckResult]:
     return results
 
 
+def _main_process_not_restarted(snapshot: Snapshot, process: ProcessState) -> list[CheckResult]:
+    """The unit's main process runs the command and environment the unit declares now."""
+    unit = snapshot.unit
+    results: list[CheckResult] = []
+    declared = declared_command(snapshot)
+    live = " ".join(process.argv)
+    # A wrapper script (a file the unit reads) execs the server with other words.
+    wrapped = declared.split(" ", 1)[0] in unit.sources
+    if declared and declared != live and REDACTED not in live and not wrapped:
+        results.append(
+            _stale(
+                snapshot,
+                unit.name,
+                Reason.ARGV_DIFFERS,
+                f"the live process (pid {process.pid}) runs `{live}` but the unit's "
+                f"ExecStart is now `{declared}`",
+            )
+        )
+    stale = sorted(
+        name for name, value in unit.environment.items() if process.environment.get(name) != value
+    )
+    if stale:
+        results.append(
+            _stale(
+                snapshot,
+                ",".join(stale),
+                Reason.ENVIRONMENT_DIFFERS,
+                f"the unit now sets {', '.join(stale)} but the live process (pid "
+                f"{process.pid}) has different values",
+            )
+        )
+    return results
+
+
+def _stale(snapshot: Snapshot, subject: str, reason: Reason, what: str) -> CheckResult:
+    """A ``source.not-restarted`` failure: ``what`` differs because the unit changed."""
+    message = f"{what}: the unit changed but the service was not restarted"
+    return failed(snapshot.label, Check.NOT_RESTARTED, subject, reason, message)
+
+
 def _same(declared: str, live: str | None) -> bool:
     """Equal, or not comparable because the snapshot redacted either side."""
     return live is not None and (declared == live or REDACTED in declared or REDACTED in live)
 
 
-def _container_not_restarted(snapshot: Snapshot) -> list[CheckResult]:
-    """The running container must be what the unit's start script (or its ExecStart, when
-    that is a ``docker run`` itself) runs now: its args end the container's argv, its ``-e``
-    assignments are in the container's environment."""
-    stage, unit, process = snapshot.label, snapshot.unit, snapshot.process
-    assert process is not None
-    check = Check.NOT_RESTARTED
+def _declared_run(snapshot: Snapshot, pid: int) -> tuple[ContainerRun, str] | CheckResult:
+    """The ``docker run`` the unit starts now and where it is written (the ExecStart line
+    when that is a ``docker run`` itself, else its start script), or the failure that says
+    why the running container cannot be compared with it."""
+    stage, unit = snapshot.label, snapshot.unit
     declared = exec_start_argv(unit)
     found = _EXEC_PATH.search(unit.prop("ExecStart"))
     path = found["path"] if found else ""
@@ -280,17 +282,15 @@ def _container_not_restarted(snapshot: Snapshot) -> list[CheckResult]:
         script, source = scripts[path], f"start script {path}"
     else:
         missing = f"the ExecStart script {path}" if path else "the ExecStart line"
-        return [
-            failed(
-                stage,
-                check,
-                path or unit.name,
-                Reason.START_SCRIPT_MISSING,
-                f"{missing} of {unit.name} is not in the snapshot (the unit's sources hold "
-                f"{', '.join(sorted(unit.sources)) or 'no file'}): the running container "
-                f"(pid {process.pid}) cannot be compared with what the unit would start",
-            )
-        ]
+        return failed(
+            stage,
+            Check.NOT_RESTARTED,
+            path or unit.name,
+            Reason.START_SCRIPT_MISSING,
+            f"{missing} of {unit.name} is not in the snapshot (the unit's sources hold "
+            f"{', '.join(sorted(unit.sources)) or 'no file'}): the running container "
+            f"(pid {pid}) cannot be compared with what the unit would start",
+        )
     try:
         run = parse_container_run(script)
     except ValueError as error:
@@ -298,28 +298,36 @@ def _container_not_restarted(snapshot: Snapshot) -> list[CheckResult]:
     else:
         why = "runs no `docker run` or `podman run`"
     if run is None:
-        return [
-            failed(
-                stage,
-                check,
-                path or unit.name,
-                Reason.START_SCRIPT_UNREADABLE,
-                f"the {source} of {unit.name} {why}: the running container (pid {process.pid}) "
-                "cannot be compared with what the unit would start",
-            )
-        ]
+        return failed(
+            stage,
+            Check.NOT_RESTARTED,
+            path or unit.name,
+            Reason.START_SCRIPT_UNREADABLE,
+            f"the {source} of {unit.name} {why}: the running container (pid {pid}) "
+            "cannot be compared with what the unit would start",
+        )
+    return run, source
+
+
+def _container_not_restarted(snapshot: Snapshot, process: ProcessState) -> list[CheckResult]:
+    """The running container must be what the unit's start script (or its ExecStart, when
+    that is a ``docker run`` itself) runs now: its args end the container's argv, its ``-e``
+    assignments are in the container's environment."""
+    stage, unit = snapshot.label, snapshot.unit
+    declared = _declared_run(snapshot, process.pid)
+    if isinstance(declared, CheckResult):
+        return [declared]
+    run, source = declared
     results: list[CheckResult] = []
     live = process.argv[len(process.argv) - len(run.args) :] if run.args else []
     if len(live) != len(run.args) or not all(map(_same, run.args, live)):
         results.append(
-            failed(
-                stage,
-                check,
+            _stale(
+                snapshot,
                 unit.name,
                 Reason.ARGV_DIFFERS,
                 f"the running container (pid {process.pid}) runs `{' '.join(process.argv)}` "
-                f"but the unit's {source} now passes `{' '.join(run.args)}` to {run.image}: "
-                "the unit changed but the service was not restarted",
+                f"but the unit's {source} now passes `{' '.join(run.args)}` to {run.image}",
             )
         )
     stale = {
@@ -333,19 +341,22 @@ def _container_not_restarted(snapshot: Snapshot) -> list[CheckResult]:
             for name, value in sorted(stale.items())
         )
         results.append(
-            failed(
-                stage,
-                check,
+            _stale(
+                snapshot,
                 ",".join(sorted(stale)),
                 Reason.ENVIRONMENT_DIFFERS,
                 f"the unit's {source} now sets {described} for the container but the running "
-                f"container (pid {process.pid}) has different values: the unit changed but the "
-                "service was not restarted",
+                f"container (pid {process.pid}) has different values",
             )
         )
     if not results:
         results.append(
-            passed(stage, check, unit.name, f"the running container matches the unit's {source}")
+            passed(
+                stage,
+                Check.NOT_RESTARTED,
+                unit.name,
+                f"the running container matches the unit's {source}",
+            )
         )
     return results
 
@@ -376,9 +387,7 @@ def check_inside_unit(snapshot: Snapshot) -> list[CheckResult]:
         bool(group) and any(path == group or path.startswith(group + "/") for path in paths)
     )
     if snapshot.container is not None:  # docker-proxy / the container scope answer for it
-        in_unit = in_unit or str(snapshot.container.get("state", {}).get("Pid")) == str(
-            listener.pid
-        )
+        in_unit = in_unit or snapshot.container.process.pid == listener.pid
         in_unit = in_unit or any("docker-proxy" in arg for arg in listener.argv[:1])
     if in_unit:
         return [passed(stage, check, f"port {snapshot.port}", f"pid {listener.pid} is the unit's")]

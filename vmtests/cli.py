@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--switch-command",
         help="command run on the machine to switch (required unless the target is "
-        "qemu:reference), e.g. 'nixos-rebuild switch --flake /etc/nixos#cfx-llm2'",
+        "qemu:reference), e.g. 'nixos-rebuild switch --flake /etc/nixos#{profile}' ({profile} "
+        "becomes the profile's name)",
     )
     run.add_argument(
         "--expected-system",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from vmtests.certify.arms import Configuration, ReferenceInstaller, deploy_reference
+from vmtests.certify.arms import reference_switch
 from vmtests.certify.context import Options
 from vmtests.certify.model import CertificationResult
 from vmtests.certify.run import certify
@@ -58,7 +58,7 @@ def serving_guest(
         data_disks={DISK_SERIAL: stub_image().disk},
     )
     try:
-        deploy_reference(machine, Configuration.of(load_profile("cfx-llm2")), SERVING_PORT)
+        reference_switch(load_profile("cfx-llm2")).prepare_base(machine)
         yield machine
     finally:
         machine.close()
@@ -72,7 +72,7 @@ def run(
         machine,
         load_profile("cfx-llm2"),
         target="qemu:reference",
-        installer=ReferenceInstaller(),
+        switcher=reference_switch(load_profile("cfx-llm2")),
         report_dir=report,
         options=Options(**options),  # type: ignore[arg-type]
         ab_profile=load_profile(ab) if ab else None,

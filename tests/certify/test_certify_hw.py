@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from vmtests.certify.arms import NoSwitch
 from vmtests.certify.run import certify
 from vmtests.driver.machine import Machine
 from vmtests.profiles import Profile
+from vmtests.scenario.switching import NoSwitch
 
 pytestmark = pytest.mark.hw
 
@@ -26,7 +26,7 @@ def test_hardware_certifies(
         vmtests_machine,
         vmtests_profile,
         target=vmtests_target,
-        installer=NoSwitch(),  # no A/B here: `vmtests certify --ab ... --switch-command` does it
+        switcher=NoSwitch(),  # no A/B here: `vmtests certify --ab ... --switch-command` does it
         report_dir=vmtests_report_dir / "certify",
     )
     assert result.exit_status == 0, result.verdict

@@ -33,7 +33,6 @@ from certify_vm_support import (
 )
 
 from vmtests.certify import gates_perf, stats
-from vmtests.certify.arms import NoSwitch
 from vmtests.certify.context import Options
 from vmtests.certify.hostops import mem_available_kib
 from vmtests.certify.loadgen import BatchResult
@@ -42,6 +41,7 @@ from vmtests.contracts.serving import SERVING_CONTAINER
 from vmtests.driver.qemu import QemuMachine
 from vmtests.guest.access import ssh_to_guest
 from vmtests.profiles import load_profile
+from vmtests.scenario.switching import NoSwitch
 from vmtests.stub import knobs
 
 pytestmark = [pytest.mark.vm, pytest.mark.guest_seconds(878)]
@@ -84,7 +84,7 @@ def test_the_same_certification_runs_over_ssh(guest: QemuMachine, tmp_path: Path
             ssh,
             load_profile("cfx-llm2"),
             target=f"ssh://root@127.0.0.1:{guest.ssh_port}",
-            installer=NoSwitch(),
+            switcher=NoSwitch(),
             report_dir=tmp_path / "report",
             options=Options(only=("smoke", "extended")),
         )

@@ -14,14 +14,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from vmtests.certify.arms import (
-    CommandInstaller,
-    Configuration,
-    Installer,
-    NoSwitch,
-    ReferenceInstaller,
-    deploy_reference,
-)
+from vmtests.certify.arms import reference_switch
 from vmtests.certify.context import MIN_MEM_GIB, MIN_REQUESTS, Options
 from vmtests.certify.model import EXIT_CERTIFIED, EXIT_INCOMPLETE, EXIT_USAGE
 from vmtests.certify.plan import ALL_GATES, build_plan, render_plan
@@ -32,6 +25,7 @@ from vmtests.driver.errors import DriverError
 from vmtests.guest.targets import TargetError, machine_from_target
 from vmtests.profiles import Profile, ProfileError, load_profile
 from vmtests.scenario.redact import redact_text
+from vmtests.scenario.switching import CommandSwitch, NoSwitch, Switcher
 
 REFERENCE_TARGET = "qemu:reference"
 REFERENCE_RESTART_SECONDS = 15.0
@@ -105,19 +99,21 @@ def _machine_options(args: argparse.Namespace) -> dict[str, object]:
     return {"memory_mb": GUEST_MEMORY_MB} if args.target == REFERENCE_TARGET else given
 
 
-def _installer(args: argparse.Namespace) -> Installer | None:
+def _switcher(args: argparse.Namespace, profile: Profile) -> Switcher:
+    """The reference guest's install step (the profile is its base: a host deployed with it),
+    restarts left to the run; else the switch command; else no switch at all."""
     if args.target.startswith("ssh://") and not args.hw_opt_in:
         raise CertifyUsageError(
             f"--target {args.target} is a real host: certification restarts its serving "
             "unit and switches its configuration; pass --hw-opt-in to allow that"
         )
     if args.target == REFERENCE_TARGET:
-        return ReferenceInstaller()
+        return reference_switch(profile)
     if args.switch_command:
-        return CommandInstaller(args.switch_command)
+        return CommandSwitch(args.switch_command)
     if args.ab:
         raise CertifyUsageError(f"--ab on {args.target} needs --switch-command (with {{profile}})")
-    return None
+    return NoSwitch()
 
 
 def command_certify(args: argparse.Namespace) -> int:
@@ -125,13 +121,13 @@ def command_certify(args: argparse.Namespace) -> int:
     try:
         profile, ab_profile = _profile(args.profile), _profile(args.ab) if args.ab else None
         options = _options(args)
-        installer = _installer(args)
+        switcher = _switcher(args, profile)
         machine_options = _machine_options(args)
     except CertifyUsageError as error:
         print(f"vmtests certify: error: {error}")
         return EXIT_USAGE
     restart = REFERENCE_RESTART_SECONDS if args.target == REFERENCE_TARGET else 300.0
-    switch = installer.description if installer else "no switch command"
+    switch = switcher.description
     if args.plan:
         steps = build_plan(
             options, profile=profile.name, ab_profile=args.ab, switch=switch,
@@ -140,7 +136,7 @@ def command_certify(args: argparse.Namespace) -> int:
         print(f"vmtests certify --plan: {args.target}, nothing will be changed\n")
         print(render_plan(steps))
         return EXIT_CERTIFIED
-    return _run(args, profile, ab_profile, options, installer, machine_options=machine_options)
+    return _run(args, profile, ab_profile, options, switcher, machine_options=machine_options)
 
 
 def _run(
@@ -148,11 +144,10 @@ def _run(
     profile: Profile,
     ab_profile: Profile | None,
     options: Options,
-    installer: Installer | None,
+    switcher: Switcher,
     *,
     machine_options: dict[str, object],
 ) -> int:
-    reference = args.target == REFERENCE_TARGET
     with tempfile.TemporaryDirectory(prefix="vmtests-certify-") as state:
         try:
             machine = machine_from_target(args.target, Path(state), **machine_options)
@@ -161,11 +156,10 @@ def _run(
             return EXIT_USAGE
         try:
             machine.start()
-            if reference:
-                deploy_reference(machine, Configuration.of(profile), args.port)
+            switcher.prepare_base(machine)
             result = certify(
                 machine, profile, target=args.target,
-                installer=installer or NoSwitch(), report_dir=args.report_dir,
+                switcher=switcher, report_dir=args.report_dir,
                 options=options, ab_profile=ab_profile, record=args.record_golden,
                 port=args.port, container=args.container or None,
             )  # fmt: skip

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vmtests.certify import degenerate
-from vmtests.certify.arms import Configuration, Installer, SwitchRecord, switch_to
+from vmtests.certify.arms import Configuration, SwitchRecord, switch_to
 from vmtests.certify.golden import GoldenMissing, GoldenStore
 from vmtests.certify.loadgen import (
     BatchResult,
@@ -25,6 +25,7 @@ from vmtests.certify.loadgen import (
 from vmtests.certify.model import CertificationResult
 from vmtests.certify.prompts import Prompt
 from vmtests.driver.machine import Machine
+from vmtests.scenario.switching import Switcher
 
 MIN_MEM_GIB = 4.0
 MIN_REQUESTS = 256
@@ -66,7 +67,7 @@ class Context:
 
     machine: Machine
     generator: LoadGenerator
-    installer: Installer
+    switcher: Switcher
     base: Configuration
     result: CertificationResult
     options: Options
@@ -118,7 +119,7 @@ class Context:
         self.current = f"unknown (switching to {config.name})"
         record = switch_to(
             self.machine,
-            self.installer,
+            self.switcher,
             config,
             port=self.port,
             reason=reason,

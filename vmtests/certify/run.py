@@ -15,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from vmtests.certify import gates, gates_perf, prompts
-from vmtests.certify.arms import Configuration, Installer
+from vmtests.certify.arms import Configuration
 from vmtests.certify.context import Context, Options, spec
 from vmtests.certify.endpoint import serving_endpoint
 from vmtests.certify.golden import GOLDEN_DIR, GoldenStore, server_key
@@ -29,6 +29,7 @@ from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
 from vmtests.profiles import Profile
 from vmtests.scenario.redact import redact_text
+from vmtests.scenario.switching import Switcher
 
 
 def _server_identity(generator: LoadGenerator) -> tuple[str, str]:
@@ -110,7 +111,7 @@ def certify(
     profile: Profile,
     *,
     target: str,
-    installer: Installer,
+    switcher: Switcher,
     report_dir: Path,
     options: Options | None = None,
     ab_profile: Profile | None = None,
@@ -134,7 +135,7 @@ def certify(
             generator.model = model
             store = GoldenStore(profile.name, key, golden_dir)
             ctx = Context(
-                machine, generator, installer, base, result, options,
+                machine, generator, switcher, base, result, options,
                 golden=None if record else store, port=port, arm_b=arm_b, container=container,
                 report_dir=report_dir,
             )  # fmt: skip

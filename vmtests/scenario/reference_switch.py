@@ -329,35 +329,36 @@ def rendered_by_nixos(config: ServingConfig, serving_profile: str) -> ServingCon
     return replace(config, nixos=NixosRendering(configuration, units, config))
 
 
-def reference_config(
-    machine: Machine, serving_profile: str, core: CoreOutput, source: str
-) -> ServingConfig:
-    """The configuration the reference guest installs for ``serving_profile``: the core's
-    output with the stub image, and NixOS's units when ``source`` is ``nixos``."""
-    config = with_stub_image(machine, ServingConfig.from_core(core))
-    return rendered_by_nixos(config, serving_profile) if source == "nixos" else config
-
-
-def with_stub_image(machine: Machine, config: ServingConfig) -> ServingConfig:
-    """``config`` serving the stub image, whose file is put into the guest's store once."""
+def image_file_on(machine: Machine) -> str:
+    """The stub image's file in the guest's store, put there once (``install_image_file``)."""
     image = stub_image()
     path = store_path(image.archive.name, image.digest)
     if machine.execute("test -s %s", path, timeout=30).rc != 0:
         path = install_image_file(machine, image)
-    return replace(config, image=IMAGE, image_file=path)
+    return path
 
 
 class ReferenceSwitch:
-    """The reference guest's switch: base = baseline serving profile, target = the profile's."""
+    """The reference guest's switch (a ``Switcher``): the base is a serving profile (the
+    baseline unless told otherwise), and ``switch`` installs any profile's units.
+
+    ``restart=False`` installs, reloads and enables without restarting the serving unit: the
+    certification restarts it itself, with the stop checked.
+    """
 
     expected_system: str | None = None
     """Not a NixOS system: there is no toplevel to expect."""
 
     def __init__(
-        self, profile: Profile, base_serving_profile: str = nixos_units.BASE_SERVING_PROFILE
+        self,
+        profile: Profile,
+        base_serving_profile: str = nixos_units.BASE_SERVING_PROFILE,
+        *,
+        restart: bool = True,
     ) -> None:
         self.profile = profile
         self.base_serving_profile = base_serving_profile
+        self.restarts = restart
         self.units_source, why = units_source()
         if self.units_source == "nixos":
             configuration = nixos_units.configuration_for(profile.serving_profile)
@@ -370,26 +371,43 @@ class ReferenceSwitch:
                 "reference install step: units rendered by vmtests.scenario.serving_unit from "
                 f"the Nix core for {profile.serving_profile} ({why})"
             )
-        self._target: ServingConfig | None = None
-        self._base: ServingConfig | None = None
+        self._evaluated: dict[str, ServingConfig] = {}
+        self._installed: dict[str, ServingConfig] = {}
+        self._image_file: str | None = None
+
+    def evaluated(self, serving_profile: str) -> ServingConfig:
+        """What the Nix core computes for ``serving_profile`` (on the host, once)."""
+        if serving_profile not in self._evaluated:
+            with log.nested(f"evaluating the Nix core for {serving_profile}"):
+                core = evaluate_core(profile_file=Path(serving_profile))
+                self._evaluated[serving_profile] = ServingConfig.from_core(core)
+        return self._evaluated[serving_profile]
+
+    def installable(self, machine: Machine, serving_profile: str) -> ServingConfig:
+        """``serving_profile``'s configuration as this guest installs it: the stub image's file
+        on the guest, and NixOS's units when they are the source (once per profile)."""
+        if serving_profile not in self._installed:
+            self._image_file = self._image_file or image_file_on(machine)
+            config = replace(
+                self.evaluated(serving_profile), image=IMAGE, image_file=self._image_file
+            )
+            if self.units_source == "nixos":
+                config = rendered_by_nixos(config, serving_profile)
+            self._installed[serving_profile] = config
+        return self._installed[serving_profile]
+
+    def _current(self, serving_profile: str) -> ServingConfig:
+        return self._installed.get(serving_profile) or self.evaluated(serving_profile)
 
     @property
     def target(self) -> ServingConfig:
-        """The target configuration (evaluated on the host once, then cached)."""
-        if self._target is None:
-            with log.nested(f"evaluating the Nix core for {self.profile.serving_profile}"):
-                core = evaluate_core(profile_file=Path(self.profile.serving_profile))
-                self._target = ServingConfig.from_core(core)
-        return self._target
+        """The profile's configuration (as installed, once ``prepare_base`` ran)."""
+        return self._current(self.profile.serving_profile)
 
     @property
     def base(self) -> ServingConfig:
-        """The base configuration (baseline serving profile)."""
-        if self._base is None:
-            with log.nested(f"evaluating the Nix core for {self.base_serving_profile}"):
-                core = evaluate_core(profile_file=Path(self.base_serving_profile))
-                self._base = ServingConfig.from_core(core)
-        return self._base
+        """The base configuration (as installed, once ``prepare_base`` ran)."""
+        return self._current(self.base_serving_profile)
 
     def prepare_base(self, machine: Machine) -> None:
         """Install the stub device layer, the image file and the base serving unit; start it.
@@ -403,16 +421,13 @@ class ReferenceSwitch:
         with log.nested("installing the stub device layer"):
             install_stub_device_layer(machine)
         with log.nested(f"loading the stub image file into {machine.name}"):
-            image_file = install_image_file(machine, stub_image())
-        base = replace(self.base, image=IMAGE, image_file=image_file)
-        target = replace(self.target, image=IMAGE, image_file=image_file)
-        if self.units_source == "nixos":
-            base = rendered_by_nixos(base, self.base_serving_profile)
-            target = rendered_by_nixos(target, self.profile.serving_profile)
-        self._base, self._target = base, target
+            self._image_file = install_image_file(machine, stub_image())
+        self.installable(machine, self.profile.serving_profile)
         with log.nested("installing the base serving unit"):
-            install_units(machine, self.base)
+            install_units(machine, self.installable(machine, self.base_serving_profile))
 
-    def apply(self, machine: Machine) -> None:
-        """Render and install the target units, reload, enable and restart them."""
-        install_units(machine, self.target, wait=False)
+    def switch(self, machine: Machine, profile: Profile) -> None:
+        """Install ``profile``'s units, reload and enable them, and restart the serving unit
+        unless this switch leaves that to the caller."""
+        config = self.installable(machine, profile.serving_profile)
+        install_units(machine, config, restart=self.restarts, wait=False)

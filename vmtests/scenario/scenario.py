@@ -182,7 +182,7 @@ class Scenario:
                 checks += [replace(r, base=True) for r in check_profile(self.base_profile, s0)]
             self._record("checks S0", checks)
             with self.step("switch"):
-                self.switcher.apply(self.machine)
+                self.switcher.switch(self.machine, profile)
                 self._wait_ready(
                     "S1", "the service did not come up after the switch", READY_TIMEOUT
                 )

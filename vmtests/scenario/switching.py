@@ -1,9 +1,11 @@
-"""How a machine is taken from its base configuration to the profile's configuration.
+"""How a machine is put on a profile's serving configuration: one protocol for every caller.
 
-The scenario and the certification run only know the ``Switcher`` protocol. Two switches
-implement it: ``vmtests.scenario.reference_switch.ReferenceSwitch`` (the reference guest, which
-installs the units the Nix core describes) and ``CommandSwitch`` (a NixOS VM or a real host,
-where ``nixos-rebuild switch`` or ``switch-to-configuration`` does it).
+The scenario switches once, from the machine's base configuration to its profile; the
+certification switches between two profiles (its A/B) and back. Both know only ``Switcher``,
+which two switches implement: ``vmtests.scenario.reference_switch.ReferenceSwitch`` (the
+reference guest, which installs the units the Nix core or the NixOS evaluation describes) and
+``CommandSwitch`` (a NixOS VM or a real host, where ``nixos-rebuild switch`` or
+``switch-to-configuration`` does it). ``SWITCH_TIMEOUT`` is the one budget of a switch command.
 """
 
 from __future__ import annotations
@@ -13,31 +15,38 @@ from typing import Protocol
 
 from vmtests.contracts.serving import READY_TIMEOUT, SERVING_UNIT
 from vmtests.driver.machine import Machine
+from vmtests.profiles import Profile
 
 SWITCH_TIMEOUT = 900.0
 """Seconds a switch command may take: ``nixos-rebuild switch --flake`` evaluates the whole NixOS
 configuration in the VM (once: ``--no-reexec`` skips nixpkgs nixos-rebuild-ng's
 ``services.reexec``, which would evaluate and build the target's ``system.build.nixos-rebuild``
 first; ``--max-jobs 0`` builds nothing), then restarts the serving unit (stop up to its
-``TimeoutStopSec``, image load, model load); 600 s left too little margin on a shared 2-core host
-even under KVM."""
+``TimeoutStopSec``, image load, model load); docs/ci-time.md has what a shorter one left."""
+
+PROFILE_FIELD = "{profile}"
+"""Replaced by the profile's name in a switch command (``.../etc/nixos#{profile}``)."""
 
 
 class Switcher(Protocol):
-    """How a target is taken from its base configuration to the profile's configuration.
+    """How a machine is put on a profile's serving configuration.
 
-    ``expected_system`` is the NixOS system (toplevel store path) the switch must activate, when
-    it is known: the scenario checks after the switch that it runs.
+    ``restarts`` says whether ``switch`` restarts the serving unit itself, as
+    switch-to-configuration does; when it does not, the caller restarts it (the certification
+    does, with the stop checked). ``expected_system`` is the NixOS system (toplevel store path)
+    a switch to the run's profile must activate, when it is known (a target pre-built into a
+    VM's image): the scenario checks after the switch that it runs.
     """
 
     description: str
+    restarts: bool
     expected_system: str | None
 
     def prepare_base(self, machine: Machine) -> None:
-        """Bring ``machine`` to the base state S0 (may do nothing on a real host)."""
+        """Bring ``machine`` to its base configuration (may do nothing on a real host)."""
 
-    def apply(self, machine: Machine) -> None:
-        """Switch ``machine`` to the target configuration (the caller waits for /health)."""
+    def switch(self, machine: Machine, profile: Profile) -> None:
+        """Put ``machine`` on ``profile``'s configuration (the caller waits for /health)."""
 
 
 def wait_healthy(machine: Machine, port: int, timeout: float = READY_TIMEOUT) -> None:
@@ -53,13 +62,15 @@ def wait_ready(machine: Machine, port: int, timeout: float = READY_TIMEOUT) -> N
 
 @dataclass
 class CommandSwitch:
-    """A switch by command on the machine: ``nixos-rebuild switch ...`` or
-    ``<toplevel>/bin/switch-to-configuration switch``; the base is the machine as found;
+    """A switch by command on the machine: ``nixos-rebuild switch --flake /etc/nixos#{profile}``
+    or ``<toplevel>/bin/switch-to-configuration switch``, ``{profile}`` replaced by the
+    profile's name; the base is the machine as found, and the command restarts the unit;
     ``expected_system``: the toplevel it must activate (the one pre-built into a VM's image)."""
 
     command: str
     timeout: float = SWITCH_TIMEOUT
     description: str = ""
+    restarts: bool = True
     expected_system: str | None = None
 
     def __post_init__(self) -> None:
@@ -68,6 +79,27 @@ class CommandSwitch:
     def prepare_base(self, machine: Machine) -> None:
         """Nothing to do: the machine's current configuration is the base."""
 
-    def apply(self, machine: Machine) -> None:
-        """Run the switch command (the scenario then waits for the service)."""
-        machine.succeed(self.command, timeout=self.timeout)
+    def command_for(self, profile: Profile) -> str:
+        """The command that switches to ``profile``."""
+        return self.command.replace(PROFILE_FIELD, profile.name)
+
+    def switch(self, machine: Machine, profile: Profile) -> None:
+        """Run the switch command for ``profile`` (the caller then waits for the service)."""
+        machine.succeed(self.command_for(profile), timeout=self.timeout)
+
+
+class NoSwitch:
+    """No way to switch was given (a host certified without --ab): switching is an error."""
+
+    description = "no switch command (the configuration is never changed)"
+    restarts = True
+    expected_system: str | None = None
+
+    def prepare_base(self, machine: Machine) -> None:
+        """Nothing to do: the machine's current configuration is the one used."""
+
+    def switch(self, machine: Machine, profile: Profile) -> None:
+        """Refuse: nothing tells us how to switch this machine."""
+        raise RuntimeError(
+            f"cannot switch {machine.name} to {profile.name}: no --switch-command was given"
+        )

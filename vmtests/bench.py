@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from vmtests.contracts.settings import Settings, settings
 from vmtests.driver import accel, qemu_launch
 from vmtests.driver.machine import Machine
 from vmtests.driver.qemu import QemuMachine
@@ -33,16 +34,18 @@ from vmtests.guest.stub_image import stub_image
 
 @contextmanager
 def _cache_dir(path: Path) -> Iterator[None]:
-    """Point the image cache at ``path`` for the duration of the block."""
-    previous = os.environ.get("VMTESTS_CACHE_DIR")
-    os.environ["VMTESTS_CACHE_DIR"] = str(path)
+    """Point the image cache at ``path`` for the duration of the block (its setting's variable,
+    which ``vmtests.contracts.settings`` reads at every use)."""
+    variable = Settings.variable("cache_dir")
+    previous = os.environ.get(variable)
+    os.environ[variable] = str(path)
     try:
         yield
     finally:
         if previous is None:
-            os.environ.pop("VMTESTS_CACHE_DIR", None)
+            os.environ.pop(variable, None)
         else:
-            os.environ["VMTESTS_CACHE_DIR"] = previous
+            os.environ[variable] = previous
 
 
 def _timed(action: Callable[[], object]) -> float:
@@ -124,9 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reboots", type=int, default=2, help="reboots per reboot mode")
     parser.add_argument(
         "--accel",
-        default=os.environ.get("VMTESTS_ACCEL", "tcg"),
-        choices=("auto", "kvm", "tcg"),
-        help="QEMU acceleration (default: $VMTESTS_ACCEL or tcg)",
+        default=settings().accel,
+        choices=qemu_launch.ACCELS,
+        help=f"QEMU acceleration (default: the accel setting, ${Settings.variable('accel')}, "
+        "else auto)",
     )
     args = parser.parse_args(argv)
     figures: list[tuple[str, str]] = []

@@ -17,6 +17,7 @@ from typing import Any
 
 from vmtests.contracts.paths import REPO_ROOT, cache_dir, nixpkgs_tree
 from vmtests.contracts.serving import Hugepages
+from vmtests.contracts.settings import settings
 from vmtests.nixrun import NixError, evaluate_json, nix_value
 
 CORE_FILE = REPO_ROOT / "modules" / "serving" / "core.nix"
@@ -81,12 +82,13 @@ def evaluate_core(
 
 
 def find_nixpkgs_lib() -> Path | None:
-    """A nixpkgs ``lib`` directory: $NIXPKGS_LIB, ~/.cache/vmtests/nixpkgs-lib, the ``lib`` of
-    the NixOS eval tier's nixpkgs tree ($VMTESTS_NIXPKGS or the one scripts/setup-nixos-eval
-    extracted), <nixpkgs/lib>."""
+    """A nixpkgs ``lib`` directory: the ``nixpkgs_lib`` setting ($NIXPKGS_LIB), the cache's
+    ``nixpkgs-lib``, the ``lib`` of the NixOS eval tier's nixpkgs tree ($VMTESTS_NIXPKGS or the
+    one scripts/setup-nixos-eval extracted), <nixpkgs/lib>."""
     candidates: list[Path] = []
-    if os.environ.get("NIXPKGS_LIB"):
-        candidates.append(Path(os.environ["NIXPKGS_LIB"]).expanduser())
+    configured = settings().nixpkgs_lib
+    if configured is not None:
+        candidates.append(configured)
     candidates.append(cache_dir() / "nixpkgs-lib")
     tree = nixpkgs_tree()
     if tree is not None:

@@ -7,5 +7,9 @@ Nothing here imports anything else of ``vmtests``; every other package may impor
   reads too;
 - ``features``: the qwen36 feature table (environment switches and banner texts), read from
   ``features.json``, a link to ``modules/serving/features.json`` that the Nix core reads;
-- ``serving``: the serving unit's name, its port and how long it may take to become ready.
+- ``serving``: the serving unit's name, its port, its device, its hugepages and how long it may
+  take to become ready;
+- ``findings``: the stable keys of every result, ``Check`` and ``Reason``;
+- ``settings``: every setting the suite reads from its environment, typed (``VMTESTS_*``);
+- ``paths``: where the checkout is, and where the suite keeps what it builds once per machine.
 """

@@ -9,7 +9,6 @@ session (``vmtests.driver.procs``). See ``qemu_launch`` for the command lines an
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 import uuid
@@ -22,6 +21,7 @@ from vmtests.contracts.instrumentation import (
     GUEST_MEMORY_MB,
     SSH_PORT,
 )
+from vmtests.contracts.settings import settings
 from vmtests.driver import accel as accel_choice
 from vmtests.driver import procs, qemu_launch
 from vmtests.driver.console import SerialConsole
@@ -88,7 +88,7 @@ class QemuMachine(Machine):
         self.base_disk, self.run_script = base_disk, run_script
         self.memory_mb, self.cpus = memory_mb, cpus
         self.data_disks = dict(data_disks or {})
-        self.requested_accel = (accel or os.environ.get("VMTESTS_ACCEL") or "auto").lower()
+        self.requested_accel = (accel or settings().accel).lower()
         if self.requested_accel not in qemu_launch.ACCELS:
             raise ValueError(f"accel must be one of {qemu_launch.ACCELS}: {accel!r}")
         asked_by = "the caller" if accel else "$VMTESTS_ACCEL"
@@ -101,9 +101,7 @@ class QemuMachine(Machine):
             if run_script is None
             else accel_choice.SCRIPT_PROBE_TIMEOUT
         )
-        self.reboot_mode = (
-            reboot_mode or os.environ.get("VMTESTS_REBOOT_MODE") or "restart"
-        ).lower()
+        self.reboot_mode = (reboot_mode or settings().reboot_mode).lower()
         if self.reboot_mode not in REBOOT_MODES:
             raise ValueError(f"reboot_mode must be one of {REBOOT_MODES}: {reboot_mode!r}")
         self.marker = f"vmtests-{name}-{uuid.uuid4().hex[:12]}"

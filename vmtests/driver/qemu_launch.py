@@ -25,8 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vmtests.contracts.instrumentation import BACKDOOR_PORT_NAME
+from vmtests.contracts.settings import settings
 
-QEMU_BINARY = os.environ.get("VMTESTS_QEMU", "qemu-system-x86_64")
+QEMU_BINARY = settings().qemu
+"""The QEMU binary (the ``qemu`` setting, read when the driver is imported)."""
 ACCELS = ("auto", "kvm", "tcg")
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from vmtests.contracts import instrumentation as contract
 from vmtests.contracts.paths import cache_dir
+from vmtests.contracts.settings import settings
 from vmtests.driver.errors import DriverError
 from vmtests.driver.qemu import QemuMachine
 from vmtests.driver.tools import require_tools
@@ -106,8 +107,8 @@ class ReferenceImage:
 
 
 def mirror() -> str:
-    """The Debian mirror used for the build (``$VMTESTS_DEBIAN_MIRROR`` overrides)."""
-    return os.environ.get("VMTESTS_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+    """The Debian mirror used for the build (the ``debian_mirror`` setting)."""
+    return settings().debian_mirror
 
 
 def suite_ssh_key_path() -> Path:

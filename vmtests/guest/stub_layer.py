@@ -94,7 +94,7 @@ def set_stub_knobs(machine: Machine, **knob_values: str) -> None:
     They take effect at the next start of the serving unit (the container reads the file then).
     """
     text = "".join(f"{name}={value}\n" for name, value in knob_values.items())
-    unknown = [name for name in knob_values if not name.startswith("VMTESTS_STUB_")]
+    unknown = [name for name in knob_values if not name.startswith(knobs.PREFIX)]
     if unknown:
         raise ValueError(f"not stub knobs (see vmtests/stub/knobs.py): {unknown}")
     machine.write_file(knobs.KNOBS_FILE, text)

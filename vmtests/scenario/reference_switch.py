@@ -20,7 +20,6 @@ production had it before the change, without the validated features.
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -35,6 +34,7 @@ from vmtests.contracts.serving import (
     SERVING_UNIT,
     Hugepages,
 )
+from vmtests.contracts.settings import Settings, settings
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
@@ -58,11 +58,6 @@ from vmtests.scenario.serving_unit import (
 from vmtests.scenario.switching import wait_ready
 
 UNIT_DIR = "/etc/systemd/system"
-UNITS_ENV = "VMTESTS_UNITS"
-"""``nixos``: install the full NixOS evaluation's units (an error where none can run);
-``renderer``: ``vmtests.scenario.serving_unit``'s, from the Nix core's output; ``auto``
-(default): ``nixos`` where an evaluation can run, else ``renderer``. The switch's description
-(in every report) says which ran and why."""
 UNIT_RESTART_TIMEOUT = 360.0
 """A restart of the container unit: a graceful stop, ``docker load`` of the image file and the
 start. Measured under TCG on a loaded two-core host: 15 to 100 s; a restart over 120 s seen."""
@@ -287,12 +282,10 @@ def install_image_file(machine: Machine, image: StubImage) -> str:
 
 def units_source() -> tuple[str, str]:
     """Which units the reference guest installs, and why: ``("nixos", <where it evaluates>)``
-    or ``("renderer", <why not NixOS>)``, from ``$VMTESTS_UNITS`` (``UNITS_ENV``)."""
-    requested = os.environ.get(UNITS_ENV, "auto")
-    if requested not in ("auto", "nixos", "renderer"):
-        raise ValueError(f"${UNITS_ENV}={requested}: expected auto, nixos or renderer")
+    or ``("renderer", <why not NixOS>)``, from the ``units`` setting ($VMTESTS_UNITS)."""
+    requested = settings().units
     if requested == "renderer":
-        return "renderer", f"${UNITS_ENV}=renderer"
+        return "renderer", f"${Settings.variable('units')}=renderer"
     try:
         environment = nixos_eval.find_environment()
     except nixos_eval.NixosEvalUnavailable as error:

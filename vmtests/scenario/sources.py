@@ -18,6 +18,7 @@ from vmtests.scenario.container_run import BACKENDS, ContainerRun, parse_contain
 from vmtests.scenario.redact import REDACTED
 from vmtests.scenario.results import CheckResult, failed, passed
 from vmtests.scenario.snapshot import ProcessState, Snapshot, UnitState
+from vmtests.stub import knobs
 
 # Manager variables every systemd sets or distributions preset; not a sign of a manual change.
 STANDARD_MANAGER_VARIABLES = frozenset({"PATH", "LANG", "LANGUAGE", "LOCALE_ARCHIVE", "TZDIR"})
@@ -25,7 +26,7 @@ DURABLE_UNIT_FILE_STATES = frozenset({"enabled", "static", "generated", "alias",
 _GENERATOR_DIRS = ("/run/systemd/generator", "/run/systemd/generator.early")
 # Variables that configure the serving stack (vLLM, the TT stack, qwen36, Hugging Face, the
 # stub's device layer); the feature table and the profile name the rest.
-SERVING_PREFIXES = ("VLLM_", "QWEN36_", "TT_", "HF_", "VMTESTS_STUB_")
+SERVING_PREFIXES = ("VLLM_", "QWEN36_", "TT_", "HF_", knobs.PREFIX)
 # Unit settings that change what runs or with which environment/devices (systemd.exec(5),
 # systemd.service(5)); any other drop-in setting is unrelated to serving.
 SERVING_SETTINGS = frozenset(

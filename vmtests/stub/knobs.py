@@ -1,7 +1,8 @@
 """Every environment variable the stub device layer and the stub server read: the one place.
 
 The qwen36 feature switches (``QWEN36_*``) are not here: they are named in ``features.json``,
-shared with the Nix core. The variables below belong to the stub alone.
+shared with the Nix core. The variables below belong to the stub alone; README's table of
+environment variables lists them too.
 
 Device layer
   ``VMTESTS_STUB_DEVICES``      colon-separated device nodes the server and tt-smi require
@@ -45,6 +46,8 @@ import json
 import os
 from collections.abc import Mapping
 
+PREFIX = "VMTESTS_STUB_"
+"""Every knob's name starts so (a variable of the serving stack, not of the serving config)."""
 DEVICES = "VMTESTS_STUB_DEVICES"
 DRIVER_FILE = "VMTESTS_STUB_DRIVER_FILE"
 TIME_SCALE = "VMTESTS_STUB_TIME_SCALE"

@@ -25,9 +25,11 @@ from pathlib import Path
 from vmtests.certify.command import add_parser as add_certify_parser
 from vmtests.certify.command import command_certify
 from vmtests.contracts.serving import SERVING_CONTAINER
+from vmtests.contracts.status import ExitStatus, UsageError
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
+from vmtests.guest import REFERENCE_TARGET
 from vmtests.guest.cache_key import cached_builds, output_lines
 from vmtests.guest.image import install_ssh_key, write_guest_description
 from vmtests.guest.targets import TargetError, machine_from_target
@@ -40,14 +42,8 @@ from vmtests.scenario.results import CheckResult
 from vmtests.scenario.scenario import Scenario, ScenarioResult
 from vmtests.scenario.switching import CommandSwitch, Switcher
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-REFERENCE_TARGET = "qemu:reference"
 SELFTEST_PROFILES = ("cfx-llm2", "resident")
 BASE_PROFILE = "baseline"
-
-
-class UsageError(Exception):
-    """A bad argument combination, reported with exit status 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -197,7 +193,7 @@ def command_run(args: argparse.Namespace) -> int:
             target=args.target,
             container=args.container or None,
         )
-    return EXIT_OK if result.ok else EXIT_FAILED
+    return ExitStatus.OK if result.ok else ExitStatus.FAILED
 
 
 def command_selftest(args: argparse.Namespace) -> int:
@@ -248,7 +244,7 @@ def command_selftest(args: argparse.Namespace) -> int:
     for alarm in false_alarms:
         print(f"  {redact_text(str(alarm))}")
     ok = ok and all(o.detected for o in outcomes) and not false_alarms
-    return EXIT_OK if ok else EXIT_FAILED
+    return ExitStatus.OK if ok else ExitStatus.FAILED
 
 
 def command_cache_key(args: argparse.Namespace) -> int:
@@ -265,7 +261,7 @@ def command_cache_key(args: argparse.Namespace) -> int:
             )
     for line in output_lines(cached_builds()):
         print(line)
-    return EXIT_OK
+    return ExitStatus.OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -287,13 +283,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command_selftest(args)
     except (UsageError, TargetError) as error:
         print(f"vmtests {args.command}: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitStatus.USAGE
     except KeyboardInterrupt:
         print("\nvmtests: interrupted; reports written so far are kept", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return ExitStatus.INTERRUPTED
     except DriverError as error:
         print(f"vmtests {args.command}: driver error: {redact_text(str(error))}", file=sys.stderr)
-        return EXIT_ERROR
+        return ExitStatus.INCOMPLETE
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from vmtests.guest import REFERENCE_TARGET
+
 if TYPE_CHECKING:
     from vmtests.driver.machine import Machine
     from vmtests.driver.qemu import QemuMachine
@@ -35,7 +37,6 @@ def pytest_configure(config: pytest.Config) -> None:
 # ``ssh://`` target AND --hw-opt-in; everything else ignores the hardware entirely.
 
 DEFAULT_PROFILE = "cfx-llm2"
-DEFAULT_TARGET = "qemu:reference"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -48,9 +49,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--target",
-        default=DEFAULT_TARGET,
+        default=REFERENCE_TARGET,
         help="machine target: qemu:reference, qemu-nixos:<run-vm script> or "
-        f"ssh://[user@]host[:port] (default {DEFAULT_TARGET})",
+        f"ssh://[user@]host[:port] (default {REFERENCE_TARGET})",
     )
     group.addoption(
         "--report-dir",

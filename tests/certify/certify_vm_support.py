@@ -17,6 +17,7 @@ from vmtests.certify.run import certify
 from vmtests.contracts.instrumentation import GUEST_MEMORY_MB
 from vmtests.contracts.serving import SERVING_PORT, SERVING_UNIT
 from vmtests.driver.qemu import QemuMachine
+from vmtests.guest import REFERENCE_TARGET
 from vmtests.guest.image import ReferenceImage, start_reference_guest
 from vmtests.guest.stub_image import DISK_SERIAL, stub_image
 from vmtests.guest.stub_layer import set_stub_knobs
@@ -71,7 +72,7 @@ def run(
     return certify(
         machine,
         load_profile("cfx-llm2"),
-        target="qemu:reference",
+        target=REFERENCE_TARGET,
         switcher=reference_switch(load_profile("cfx-llm2")),
         report_dir=report,
         options=Options(**options),  # type: ignore[arg-type]

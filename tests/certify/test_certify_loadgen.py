@@ -8,6 +8,8 @@ import pytest
 
 from vmtests.certify import degenerate
 from vmtests.certify.loadgen import (
+    CONNECTION,
+    TIMEOUT,
     LoadGenerator,
     RequestSpec,
     overhead_summary,
@@ -76,6 +78,7 @@ def test_errors_and_degenerate_output_are_recorded() -> None:
         stub.kill()
     assert record.status == 500
     assert "HTTP 500" in record.error
+    assert record.error_kind == "http-500"
     assert not record.ok
     stub = _server(**{knobs.DEGENERATE: "1"})
     try:
@@ -92,6 +95,17 @@ def test_unreachable_endpoint_is_a_failed_record() -> None:
     )
     assert not record.ok
     assert "ConnectionRefusedError" in record.error
+    assert record.error_kind == CONNECTION
+
+
+def test_a_request_that_never_answers_is_a_timeout() -> None:
+    stub = _server(**{knobs.HANG: "request"})
+    try:
+        record = LoadGenerator(stub.url, timeout=2).send(RequestSpec("p", "x", 2), "t", "A", 0)
+    finally:
+        stub.kill()
+    assert not record.ok
+    assert record.error_kind == TIMEOUT, record.error
 
 
 def test_batch_concurrency_and_overhead(server: LocalStubServer) -> None:

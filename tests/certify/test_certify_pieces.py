@@ -11,7 +11,7 @@ from vmtests.certify import command, hostops, report
 from vmtests.certify.context import Options
 from vmtests.certify.gates import bound_numbers, failure_kind
 from vmtests.certify.gates_perf import counter_total
-from vmtests.certify.loadgen import RequestRecord
+from vmtests.certify.loadgen import DEGENERATE, TIMEOUT, RequestRecord
 from vmtests.certify.model import (
     ERROR,
     FAILED,
@@ -21,6 +21,8 @@ from vmtests.certify.model import (
 )
 from vmtests.certify.plan import build_plan, render_plan
 from vmtests.cli import main
+from vmtests.contracts.status import RunStatus
+from vmtests.guest import REFERENCE_TARGET
 from vmtests.guest.targets import TargetError
 
 
@@ -53,12 +55,14 @@ def test_bound_numbers_for_the_advisory_cases() -> None:
 
 
 def test_failure_kinds() -> None:
-    assert failure_kind(RequestRecord("s", "l", "p", 0, status=500, error="HTTP 500")) == "http-500"
-    assert (
-        failure_kind(RequestRecord("s", "l", "p", 0, error="TimeoutError: timed out")) == "timeout"
-    )
-    record = RequestRecord("s", "l", "p", 0, status=200, text="x", findings=["degenerate output"])
+    """The class comes from the keys the load generator and the judge set, not from the text."""
+    assert failure_kind(RequestRecord("s", "l", "p", 0, status=500)) == "http-500"
+    timed_out = RequestRecord("s", "l", "p", 0, error="something else", error_kind=TIMEOUT)
+    assert failure_kind(timed_out) == "timeout"
+    record = RequestRecord("s", "l", "p", 0, status=200, text="x")
+    record.add_finding(DEGENERATE, "the text says nothing of its kind")
     assert failure_kind(record) == "degenerate"
+    assert record.findings == ["the text says nothing of its kind"]
     assert failure_kind(RequestRecord("s", "l", "p", 0, status=200)) == "empty"
 
 
@@ -74,7 +78,7 @@ def test_counter_total_sums_label_sets() -> None:
 
 
 def _result(*statuses: str, status: str = "finished") -> CertificationResult:
-    result = CertificationResult("cfx-llm2", "qemu:reference", None, status=status)
+    result = CertificationResult("cfx-llm2", REFERENCE_TARGET, None, status=RunStatus(status))
     result.gates = [GateResult(f"g{i}", s, summary=f"summary {i}") for i, s in enumerate(statuses)]
     return result
 
@@ -128,7 +132,7 @@ def test_cli_plan_changes_nothing_and_ssh_needs_opt_in(capsys: pytest.CaptureFix
                  "--switch-command", switch]) == 0  # fmt: skip
     assert "nothing will be changed" in capsys.readouterr().out
     assert main(["certify", "--profile", "cfx-llm2", "--target", "ssh://root@192.0.2.1"]) == 2
-    assert "--hw-opt-in" in capsys.readouterr().out
+    assert "--hw-opt-in" in capsys.readouterr().err
     assert main(["certify", "--profile", "no-such-profile", "--plan"]) == 2
     assert main(["certify", "--profile", "cfx-llm2", "--only", "nope", "--plan"]) == 2
     assert main(["certify", "--profile", "cfx-llm2", "--ab", "resident", "--plan",
@@ -152,7 +156,7 @@ def test_the_ssh_key_and_known_hosts_reach_the_ssh_machine(
     assert main(["certify", "--profile", "cfx-llm2", *ssh]) == 2
     assert seen == [{"identity_file": Path("/run/id"), "known_hosts": Path("/run/known_hosts")}, {}]
     assert main(["certify", "--profile", "cfx-llm2", "--plan", *keys]) == 2
-    assert "apply to ssh:// targets only" in capsys.readouterr().out
+    assert "apply to ssh:// targets only" in capsys.readouterr().err
 
 
 def test_html_page_with_plots_when_matplotlib_is_installed(tmp_path: Path) -> None:

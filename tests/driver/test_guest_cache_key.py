@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from vmtests.cli import EXIT_ERROR, EXIT_OK, main
+from vmtests.cli import main
+from vmtests.contracts.status import ExitStatus
 from vmtests.guest import build_cache, image, stub_image
 
 
@@ -27,7 +28,7 @@ def cache_key(
     """Run ``vmtests cache-key`` and return its ``name=value`` lines as a dict."""
     if stdin is not None:
         monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-    assert main(["cache-key", *args]) == EXIT_OK
+    assert main(["cache-key", *args]) == ExitStatus.OK
     lines = capsys.readouterr().out.splitlines()
     return dict(line.split("=", 1) for line in lines)
 
@@ -111,7 +112,7 @@ def test_a_key_that_is_no_key_is_refused_and_not_installed(
     cache: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sys, "stdin", io.StringIO("not a key\n"))
-    assert main(["cache-key", "--ssh-key-stdin"]) == EXIT_ERROR
+    assert main(["cache-key", "--ssh-key-stdin"]) == ExitStatus.INCOMPLETE
     error = capsys.readouterr().err
     assert "not a private key" in error
     assert "not a key" not in error.replace("not a private key", "")  # the input is not echoed

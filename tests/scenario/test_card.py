@@ -8,7 +8,7 @@ from pathlib import Path
 from scenario_support import good_snapshot
 
 from vmtests.scenario.card import check_card
-from vmtests.scenario.collect import parse_snapshot
+from vmtests.scenario.collect import MARK, parse_snapshot
 from vmtests.scenario.results import failures
 from vmtests.scenario.snapshot import Endpoint
 
@@ -53,14 +53,14 @@ def test_an_active_service_with_nobody_holding_the_card_fails() -> None:
 
 
 def test_without_tt_smi_the_card_is_information_only() -> None:
-    snapshot = parse_snapshot("@@vmtests-section tt_smi\ntt-smi: not installed\n", "S1")
+    snapshot = parse_snapshot(f"{MARK}tt_smi\ntt-smi: not installed\n", "S1")
     (note,) = check_card(snapshot)
     assert note.informational
     assert note.message == "card not inspected: tt-smi: not installed"
 
 
 def test_the_snapshot_script_output_carries_tt_smi() -> None:
-    output = "@@vmtests-section tt_smi\n" + SAMPLE.read_text() + "\n0\n@@vmtests-section end\n"
+    output = f"{MARK}tt_smi\n" + SAMPLE.read_text() + f"\n0\n{MARK}end\n"
     snapshot = parse_snapshot(output, "S1")
     assert snapshot.tt_smi.status == 0
     assert check_card(snapshot)[0].ok

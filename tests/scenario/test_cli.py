@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from vmtests.cli import EXIT_USAGE, _switcher, build_parser, main
+from vmtests.cli import _switcher, build_parser, main
+from vmtests.contracts.status import ExitStatus
 from vmtests.profiles import load_profile
 from vmtests.scenario.switching import CommandSwitch
 
 
 def test_missing_profile_is_a_clear_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", "--profile", "no-such-profile"]) == EXIT_USAGE
+    assert main(["run", "--profile", "no-such-profile"]) == ExitStatus.USAGE
     error = capsys.readouterr().err
     assert "no such profile file" in error
     assert "available profiles:" in error
@@ -24,13 +25,13 @@ def test_missing_profile_is_a_clear_usage_error(capsys: pytest.CaptureFixture[st
 
 def test_foreign_target_needs_a_switch_command(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["run", "--profile", "cfx-llm2", "--target", "qemu-nixos:/nix/store/x/run-vm"])
-    assert code == EXIT_USAGE
+    assert code == ExitStatus.USAGE
     assert "needs --switch-command" in capsys.readouterr().err
 
 
 def test_the_expected_system_goes_to_the_command_switch(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["run", "--profile", "cfx-llm2", "--expected-system", "/nix/store/aaaa-nixos-system"]
-    assert main(argv) == EXIT_USAGE  # the reference guest's switch has no NixOS system
+    assert main(argv) == ExitStatus.USAGE  # the reference guest's switch has no NixOS system
     assert "--expected-system needs --switch-command" in capsys.readouterr().err
     args = build_parser().parse_args([*argv, "--switch-command", "nixos-rebuild switch"])
     switch = _switcher(args, load_profile("cfx-llm2"))
@@ -40,12 +41,12 @@ def test_the_expected_system_goes_to_the_command_switch(capsys: pytest.CaptureFi
 
 def test_ssh_target_needs_explicit_hardware_opt_in(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["run", "--profile", "cfx-llm2", "--target", "ssh://root@p150-host"]
-    assert main([*argv, "--switch-command", "nixos-rebuild switch"]) == EXIT_USAGE
+    assert main([*argv, "--switch-command", "nixos-rebuild switch"]) == ExitStatus.USAGE
     assert "pass --hw-opt-in" in capsys.readouterr().err
 
 
 def test_selftest_rejects_an_unknown_profile(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["selftest", "--profiles", "cfx-llm2,nope"]) == EXIT_USAGE
+    assert main(["selftest", "--profiles", "cfx-llm2,nope"]) == ExitStatus.USAGE
     assert "nope.yaml: no such profile file" in capsys.readouterr().err
 
 

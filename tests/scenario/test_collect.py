@@ -10,7 +10,13 @@ from typing import cast
 from scenario_support import good_snapshot
 
 from vmtests.driver.machine import CommandResult, Machine
-from vmtests.scenario.collect import MARK, parse_snapshot, snapshot_command, take_snapshot
+from vmtests.scenario.collect import (
+    FILE_MARK,
+    MARK,
+    parse_snapshot,
+    snapshot_command,
+    take_snapshot,
+)
 from vmtests.scenario.redact import REDACTED, redact_argv, redact_environment, redact_text
 from vmtests.scenario.snapshot import Snapshot
 
@@ -55,7 +61,7 @@ def _output() -> str:
         "unit": "ActiveState=active\nMainPID=594\nInvocationID=inv1\nDropInPaths=\n"
         "FragmentPath=/etc/systemd/system/tenstorrent-serving.service\nNeedDaemonReload=no",
         "unit_env": _b64(b'PYTHONPATH=/opt/vmtests "HF_TOKEN=hf_secret" "A=two words"'),
-        "unit_files": "@@vmtests-file /etc/systemd/system/tenstorrent-serving.service "
+        "unit_files": f"{FILE_MARK}/etc/systemd/system/tenstorrent-serving.service "
         + _b64(unit_file),
         "manager_env": "LANG=C.UTF-8\nPATH=/usr/bin\nAPI_KEY=abc",
         "main_process": f"pid 594\ncmdline {_b64(cmdline)}\nenviron {_b64(environ)}\n"
@@ -74,7 +80,7 @@ def _output() -> str:
         "container": "",
         "end": "",
     }
-    return "".join(f"\n@@vmtests-section {name}\n{text}\n" for name, text in sections.items())
+    return "".join(f"\n{MARK}{name}\n{text}\n" for name, text in sections.items())
 
 
 def test_parse_snapshot_reads_every_section_and_redacts_secrets() -> None:
@@ -105,8 +111,8 @@ def test_parse_snapshot_reads_every_section_and_redacts_secrets() -> None:
 
 
 def test_truncated_output_and_dead_endpoint_are_reported() -> None:
-    text = _output().split("@@vmtests-section health")[0]
-    text += "\n@@vmtests-section health\ncurl: (7) Failed to connect\n000\n"
+    text = _output().split(f"{MARK}health")[0]
+    text += f"\n{MARK}health\ncurl: (7) Failed to connect\n000\n"
     snapshot = parse_snapshot(text, "S2")
     assert "truncated" in snapshot.errors[0]
     assert snapshot.health.status is None

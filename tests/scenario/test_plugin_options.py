@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from vmtests.guest import REFERENCE_TARGET
 from vmtests.pytest_plugin import SHARED_GUEST_SECONDS
 
 HW_TEST = """
@@ -51,7 +52,7 @@ def test_hw_is_skipped_without_opt_in(tmp_path: Path) -> None:
 
 
 def test_hw_is_skipped_with_opt_in_but_no_ssh_target(tmp_path: Path) -> None:
-    result = _pytest(tmp_path, "--hw-opt-in", "--target", "qemu:reference")
+    result = _pytest(tmp_path, "--hw-opt-in", "--target", REFERENCE_TARGET)
     assert "1 passed, 1 skipped" in result.stdout, result.stdout + result.stderr
 
 

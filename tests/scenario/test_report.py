@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from scenario_support import good_snapshot
 
 from vmtests.contracts.findings import Check, Finding, Reason
+from vmtests.contracts.status import RunStatus
 from vmtests.profiles import load_profile
 from vmtests.report import (
     markdown_summary,
@@ -44,7 +45,7 @@ def _result(broken: bool) -> ScenarioResult:
     result.meter.record("execute", 10.0)
     result.meter.record("reboot", 20.0)
     result.wall_seconds = 40.0
-    result.status = "finished"
+    result.status = RunStatus.FINISHED
     return result
 
 
@@ -98,7 +99,7 @@ def test_reports_of_a_passing_run(tmp_path: Path) -> None:
 
 def test_interrupted_run_is_reported_as_such(tmp_path: Path) -> None:
     result = _result(broken=False)
-    result.status, result.error = "interrupted", "interrupted (Ctrl-C)"
+    result.status, result.error = RunStatus.INTERRUPTED, "interrupted (Ctrl-C)"
     data = json.loads(write_scenario_report(result, tmp_path)["json"].read_text())
     assert data["status"] == "interrupted"
     assert data["ok"] is False

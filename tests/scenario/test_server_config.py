@@ -11,7 +11,7 @@ from scenario_support import CACHE_CONFIG_INFO, ENGINE_LINE, good_snapshot
 from vmtests.guest.local_stub import LocalStubServer
 from vmtests.profiles.loader import load_profile
 from vmtests.scenario.checks import check_consistency, evaluate_stage
-from vmtests.scenario.collect import parse_snapshot
+from vmtests.scenario.collect import MARK, parse_snapshot
 from vmtests.scenario.results import failures
 from vmtests.scenario.server_config import (
     check_server_config,
@@ -96,7 +96,7 @@ def test_parsers_read_labels_and_engine_fields() -> None:
 
 
 def test_the_snapshot_script_output_carries_the_metric() -> None:
-    output = "@@vmtests-section metrics\n" + CACHE_CONFIG_INFO + "\n200\n@@vmtests-section end\n"
+    output = f"{MARK}metrics\n" + CACHE_CONFIG_INFO + f"\n200\n{MARK}end\n"
     snapshot = parse_snapshot(output, "S1")
     assert snapshot.metrics.status == 200
     assert parse_cache_config_info(snapshot.metrics.body)["mamba_cache_mode"] == "align"

@@ -9,14 +9,13 @@ from pathlib import Path
 
 from vmtests.contracts.serving import SERVING_CONTAINER
 from vmtests.driver.qemu import QemuMachine
+from vmtests.guest import REFERENCE_TARGET
 from vmtests.guest.firewall import FIREWALL_UNIT
 from vmtests.guest.targets import machine_from_target
 from vmtests.profiles import load_profile
 from vmtests.report import write_scenario_report
 from vmtests.scenario.reference_switch import ReferenceSwitch
 from vmtests.scenario.scenario import Scenario
-
-REFERENCE_TARGET = "qemu:reference"
 
 
 @contextmanager

@@ -7,6 +7,7 @@ import json
 import pytest
 from stub_support import PRODUCTION_ARGS, PRODUCTION_ENV
 
+from vmtests.contracts.serving import DEVICE
 from vmtests.driver.machine import Machine
 from vmtests.guest import stub_layer
 from vmtests.stub import device
@@ -23,7 +24,7 @@ def guest(shared_reference_guest: Machine) -> Machine:
 
 def check_device_layer(machine: Machine) -> None:
     """The node is a 0666 char device with the stub major, and tt-smi reports one p150a."""
-    stat = machine.succeed(f"stat -c '%F %a %t:%T' {device.STUB_DEVICE}").strip()
+    stat = machine.succeed(f"stat -c '%F %a %t:%T' {DEVICE}").strip()
     assert stat == f"character special file 666 {device.STUB_MAJOR:x}:0"
     snapshot = json.loads(stub_layer.check_stub_device_layer(machine))
     assert snapshot["host_info"]["Driver"] == f"TT-KMD {device.STUB_DRIVER_VERSION}"

@@ -16,23 +16,19 @@ from pathlib import Path
 
 from vmtests.certify.arms import reference_switch
 from vmtests.certify.context import MIN_MEM_GIB, MIN_REQUESTS, Options
-from vmtests.certify.model import EXIT_CERTIFIED, EXIT_INCOMPLETE, EXIT_USAGE
 from vmtests.certify.plan import ALL_GATES, build_plan, render_plan
 from vmtests.certify.run import certify
 from vmtests.contracts.instrumentation import GUEST_MEMORY_MB
 from vmtests.contracts.serving import SERVING_CONTAINER, SERVING_PORT
+from vmtests.contracts.status import ExitStatus, UsageError
 from vmtests.driver.errors import DriverError
-from vmtests.guest.targets import TargetError, machine_from_target
+from vmtests.guest import REFERENCE_TARGET
+from vmtests.guest.targets import machine_from_target
 from vmtests.profiles import Profile, ProfileError, load_profile
 from vmtests.scenario.redact import redact_text
 from vmtests.scenario.switching import CommandSwitch, NoSwitch, Switcher
 
-REFERENCE_TARGET = "qemu:reference"
 REFERENCE_RESTART_SECONDS = 15.0
-
-
-class CertifyUsageError(Exception):
-    """A bad argument combination (exit status 2)."""
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -73,16 +69,16 @@ def _profile(name: str) -> Profile:
     try:
         return load_profile(name)
     except ProfileError as error:
-        raise CertifyUsageError(str(error)) from error
+        raise UsageError(str(error)) from error
 
 
 def _options(args: argparse.Namespace) -> Options:
     only = tuple(name.strip() for name in (args.only or "").split(",") if name.strip())
     unknown = sorted(set(only) - set(ALL_GATES))
     if unknown:
-        raise CertifyUsageError(f"--only: unknown gate(s) {unknown}; gates: {ALL_GATES[1:]}")
+        raise UsageError(f"--only: unknown gate(s) {unknown}; gates: {ALL_GATES[1:]}")
     if args.requests < 1 or args.ab_blocks < 1:
-        raise CertifyUsageError("--requests and --ab-blocks must be positive")
+        raise UsageError("--requests and --ab-blocks must be positive")
     return Options(
         requests=args.requests, ab_blocks=args.ab_blocks, min_mem_gib=args.min_mem_gib, only=only
     )
@@ -95,7 +91,7 @@ def _machine_options(args: argparse.Namespace) -> dict[str, object]:
     given = {name: value for name, value in ssh.items() if value is not None}
     if given and not args.target.startswith("ssh://"):
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
-        raise CertifyUsageError(f"{flags} apply to ssh:// targets only, not {args.target}")
+        raise UsageError(f"{flags} apply to ssh:// targets only, not {args.target}")
     return {"memory_mb": GUEST_MEMORY_MB} if args.target == REFERENCE_TARGET else given
 
 
@@ -103,7 +99,7 @@ def _switcher(args: argparse.Namespace, profile: Profile) -> Switcher:
     """The reference guest's install step (the profile is its base: a host deployed with it),
     restarts left to the run; else the switch command; else no switch at all."""
     if args.target.startswith("ssh://") and not args.hw_opt_in:
-        raise CertifyUsageError(
+        raise UsageError(
             f"--target {args.target} is a real host: certification restarts its serving "
             "unit and switches its configuration; pass --hw-opt-in to allow that"
         )
@@ -112,20 +108,17 @@ def _switcher(args: argparse.Namespace, profile: Profile) -> Switcher:
     if args.switch_command:
         return CommandSwitch(args.switch_command)
     if args.ab:
-        raise CertifyUsageError(f"--ab on {args.target} needs --switch-command (with {{profile}})")
+        raise UsageError(f"--ab on {args.target} needs --switch-command (with {{profile}})")
     return NoSwitch()
 
 
 def command_certify(args: argparse.Namespace) -> int:
-    """``vmtests certify``; returns the exit status."""
-    try:
-        profile, ab_profile = _profile(args.profile), _profile(args.ab) if args.ab else None
-        options = _options(args)
-        switcher = _switcher(args, profile)
-        machine_options = _machine_options(args)
-    except CertifyUsageError as error:
-        print(f"vmtests certify: error: {error}")
-        return EXIT_USAGE
+    """``vmtests certify``; returns the exit status (bad arguments raise ``UsageError``, and an
+    unknown target ``TargetError``: ``vmtests.cli`` reports both, exit status 2)."""
+    profile, ab_profile = _profile(args.profile), _profile(args.ab) if args.ab else None
+    options = _options(args)
+    switcher = _switcher(args, profile)
+    machine_options = _machine_options(args)
     restart = REFERENCE_RESTART_SECONDS if args.target == REFERENCE_TARGET else 300.0
     switch = switcher.description
     if args.plan:
@@ -135,7 +128,7 @@ def command_certify(args: argparse.Namespace) -> int:
         )  # fmt: skip
         print(f"vmtests certify --plan: {args.target}, nothing will be changed\n")
         print(render_plan(steps))
-        return EXIT_CERTIFIED
+        return ExitStatus.OK
     return _run(args, profile, ab_profile, options, switcher, machine_options=machine_options)
 
 
@@ -149,11 +142,7 @@ def _run(
     machine_options: dict[str, object],
 ) -> int:
     with tempfile.TemporaryDirectory(prefix="vmtests-certify-") as state:
-        try:
-            machine = machine_from_target(args.target, Path(state), **machine_options)
-        except TargetError as error:
-            print(f"vmtests certify: error: {error}")
-            return EXIT_USAGE
+        machine = machine_from_target(args.target, Path(state), **machine_options)
         try:
             machine.start()
             switcher.prepare_base(machine)
@@ -165,7 +154,7 @@ def _run(
             )  # fmt: skip
         except DriverError as error:
             print(f"vmtests certify: the run could not start: {redact_text(str(error))}")
-            return EXIT_INCOMPLETE
+            return ExitStatus.INCOMPLETE
         finally:
             machine.close()
     print(f"\n{result.verdict}")

@@ -16,6 +16,8 @@ from vmtests.certify import degenerate
 from vmtests.certify.arms import Configuration, SwitchRecord, switch_to
 from vmtests.certify.golden import GoldenMissing, GoldenStore
 from vmtests.certify.loadgen import (
+    DEGENERATE,
+    WRONG_OUTPUT,
     BatchResult,
     LoadGenerator,
     RequestRecord,
@@ -85,7 +87,7 @@ class Context:
             return
         findings = degenerate.inspect(record.text, request.prompt)
         if findings:
-            record.findings.append("degenerate output: " + degenerate.describe(findings))
+            record.add_finding(DEGENERATE, "degenerate output: " + degenerate.describe(findings))
         if self.golden is None:
             return
         try:
@@ -95,7 +97,7 @@ class Context:
                 self.golden_problems.append(str(missing))
             return
         if not verdict.ok:
-            record.findings.append(f"wrong output: {verdict.message}")
+            record.add_finding(WRONG_OUTPUT, f"wrong output: {verdict.message}")
 
     def batch(
         self, specs: Sequence[RequestSpec], *, concurrency: int, stage: str, label: str

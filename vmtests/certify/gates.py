@@ -12,7 +12,7 @@ from collections import Counter
 from vmtests.certify import hostops, prompts, stats
 from vmtests.certify.context import MIN_REQUESTS, Context, spec
 from vmtests.certify.loadgen import RequestRecord
-from vmtests.certify.model import FAILED, PASSED, GateResult
+from vmtests.certify.model import ERROR, FAILED, PASSED, GateResult
 from vmtests.contracts.serving import GIB_KIB
 from vmtests.scenario.checks import evaluate_stage
 from vmtests.scenario.collect import take_snapshot
@@ -65,7 +65,7 @@ def preflight(ctx: Context) -> GateResult:
     for failure in failures:
         gate.error(f"persistence check: {failure}")
     ctx.current = ctx.base.name if not failures else f"as found (not {ctx.base.name})"
-    if gate.status != "error":
+    if gate.status != ERROR:
         gate.status = PASSED
     gate.summary = (
         f"MemAvailable {mem:.2f} GiB, {', '.join(boards) or 'no board'}, "
@@ -103,17 +103,13 @@ def correctness(ctx: Context, name: str, prompt_set: tuple[prompts.Prompt, ...])
 
 def failure_kind(record: RequestRecord) -> str:
     """A short class of a failed request: http-500, timeout, degenerate, wrong-output..."""
+    if record.error_kind:
+        return record.error_kind
     if record.status is not None and record.status != 200:
         return f"http-{record.status}"
-    if "timed out" in record.error or "Timeout" in record.error:
-        return "timeout"
-    if record.error:
-        return "error"
     if not record.text:
         return "empty"
-    if any(f.startswith("degenerate") for f in record.findings):
-        return "degenerate"
-    return "wrong-output"
+    return record.finding_kinds[0] if record.finding_kinds else "error"
 
 
 def bound_numbers(failures: int, n: int) -> dict[str, float | int]:

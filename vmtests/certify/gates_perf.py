@@ -22,7 +22,7 @@ from vmtests.certify import hostops, prompts, stats
 from vmtests.certify.context import Context, spec
 from vmtests.certify.gates import judge_records
 from vmtests.certify.loadgen import BatchResult
-from vmtests.certify.model import FAILED, PASSED, GateResult
+from vmtests.certify.model import ERROR, FAILED, PASSED, GateResult
 
 AB_PATTERN = "ABBA"
 MIN_BLOCKS = 2
@@ -126,7 +126,7 @@ def ab(ctx: Context) -> GateResult:
     )
     if decision.verdict == "inconclusive":
         gate.fail(decision.text)
-    elif gate.status != "error":
+    elif gate.status != ERROR:
         gate.status = PASSED
     gate.summary = f"decode step {decision.text}"
     if measured > stats.NOISE_BAND:

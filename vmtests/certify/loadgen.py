@@ -54,9 +54,19 @@ class RequestSpec:
         return body
 
 
+TIMEOUT, CONNECTION, STREAM_ERROR = "timeout", "error", "stream-error"
+"""Why a request got no complete answer (``RequestRecord.error_kind``), besides an HTTP status."""
+DEGENERATE, WRONG_OUTPUT = "degenerate", "wrong-output"
+"""What is wrong with an answer (``RequestRecord.finding_kinds``)."""
+
+
 @dataclass
 class RequestRecord:
-    """The outcome of one request (times in seconds; ``start`` relative to the run's start)."""
+    """The outcome of one request (times in seconds; ``start`` relative to the run's start).
+
+    ``error`` and ``findings`` are for people; ``error_kind`` and ``finding_kinds`` say the
+    same as keys (``TIMEOUT``, ``DEGENERATE``, ...).
+    """
 
     stage: str
     label: str
@@ -67,6 +77,7 @@ class RequestRecord:
     e2e: float | None = None
     status: int | None = None
     error: str = ""
+    error_kind: str = ""
     output_sha: str = ""
     text: str = ""
     chunks: int = 0
@@ -74,6 +85,13 @@ class RequestRecord:
     prompt_tokens: int | None = None
     client_cpu: float = 0.0
     findings: list[str] = field(default_factory=list)
+    finding_kinds: list[str] = field(default_factory=list)
+
+    def add_finding(self, kind: str, text: str) -> None:
+        """Note what is wrong with the answer: ``kind`` (``DEGENERATE``, ``WRONG_OUTPUT``) and
+        ``text`` for people."""
+        self.finding_kinds.append(kind)
+        self.findings.append(text)
 
     @property
     def ok(self) -> bool:
@@ -149,6 +167,7 @@ class LoadGenerator:
             record.status = response.status
             if response.status != 200:
                 record.error = f"HTTP {response.status}: {response.read()[:300]!r}"
+                record.error_kind = f"http-{response.status}"
             else:
                 for raw in response:
                     line = raw.strip()
@@ -160,6 +179,7 @@ class LoadGenerator:
                     event = json.loads(data)
                     if "error" in event:
                         record.error = f"stream error: {event['error']}"
+                        record.error_kind = STREAM_ERROR
                         continue
                     if event.get("usage"):
                         record.prompt_tokens = event["usage"].get("prompt_tokens")
@@ -171,6 +191,7 @@ class LoadGenerator:
                         pieces.append(piece)
         except (OSError, http.client.HTTPException, json.JSONDecodeError) as error:
             record.error = f"{type(error).__name__}: {error}"
+            record.error_kind = TIMEOUT if isinstance(error, TimeoutError) else CONNECTION
         finally:
             connection.close()
         done = time.perf_counter()

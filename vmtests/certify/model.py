@@ -13,9 +13,10 @@ from typing import Any
 
 from vmtests.certify.arms import SwitchRecord
 from vmtests.certify.loadgen import RequestRecord
+from vmtests.contracts.status import ExitStatus, RunStatus
 
 PASSED, FAILED, ERROR, SKIPPED = "passed", "failed", "error", "skipped"
-EXIT_CERTIFIED, EXIT_GATE_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+"""A gate's status."""
 
 
 @dataclass
@@ -65,7 +66,7 @@ class CertificationResult:
     switches: list[SwitchRecord] = field(default_factory=list)
     identity: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
-    status: str = "running"  # running | finished | refused | interrupted | error
+    status: RunStatus = RunStatus.RUNNING
     error: str = ""
     started_on: str = ""
     left_on: str = ""
@@ -77,15 +78,15 @@ class CertificationResult:
         return next((gate for gate in self.gates if gate.name == name), None)
 
     @property
-    def exit_status(self) -> int:
-        """0 certified, 1 a gate failed, 3 the run could not complete."""
+    def exit_status(self) -> ExitStatus:
+        """OK certified, FAILED a gate failed, INCOMPLETE the run could not complete."""
         if any(gate.status == FAILED for gate in self.gates):
-            return EXIT_GATE_FAILED
-        if self.status != "finished" or any(gate.status == ERROR for gate in self.gates):
-            return EXIT_INCOMPLETE
+            return ExitStatus.FAILED
+        if self.status != RunStatus.FINISHED or any(gate.status == ERROR for gate in self.gates):
+            return ExitStatus.INCOMPLETE
         if self.options.get("partial") or not self.gates:
-            return EXIT_INCOMPLETE
-        return EXIT_CERTIFIED  # also: golden values recorded (the verdict says it is no pass)
+            return ExitStatus.INCOMPLETE
+        return ExitStatus.OK  # also: golden values recorded (the verdict says it is no pass)
 
     @property
     def verdict(self) -> str:
@@ -94,9 +95,9 @@ class CertificationResult:
         errors = [gate.name for gate in self.gates if gate.status == ERROR]
         if failed:
             return f"NOT CERTIFIED: gate(s) failed: {', '.join(failed)}"
-        if self.status == "refused":
+        if self.status == RunStatus.REFUSED:
             return f"INCOMPLETE: preflight refused: {self.error}"
-        if self.status != "finished":
+        if self.status != RunStatus.FINISHED:
             return f"INCOMPLETE: run {self.status}: {self.error}"
         if errors:
             return f"INCOMPLETE: gate(s) could not be judged: {', '.join(errors)}"

@@ -24,6 +24,7 @@ from vmtests.certify.model import ERROR, PASSED, CertificationResult, GateResult
 from vmtests.certify.plan import ALL_GATES
 from vmtests.certify.report import write_certificate
 from vmtests.contracts.serving import SERVING_CONTAINER, SERVING_PORT
+from vmtests.contracts.status import RunStatus
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
@@ -140,16 +141,17 @@ def certify(
                 report_dir=report_dir,
             )  # fmt: skip
             _run(ctx, store, record)
-            result.status = "refused" if result.status == "refused" else "finished"
+            if result.status != RunStatus.REFUSED:
+                result.status = RunStatus.FINISHED
     except KeyboardInterrupt:
-        result.status, result.error = "interrupted", "interrupted (Ctrl-C)"
+        result.status, result.error = RunStatus.INTERRUPTED, "interrupted (Ctrl-C)"
         if ctx is not None:
             try:
                 _restore(ctx)
             except (KeyboardInterrupt, DriverError, OSError) as error:
                 result.error += f"; restoring {ctx.base.name} failed: {type(error).__name__}"
     except (DriverError, OSError, RuntimeError, ValueError) as error:
-        result.status, result.error = "error", f"{type(error).__name__}: {error}"
+        result.status, result.error = RunStatus.ERROR, f"{type(error).__name__}: {error}"
     finally:
         result.wall_seconds = time.monotonic() - start
         result.left_on = ctx.current if ctx is not None else "unchanged (nothing was switched)"
@@ -164,7 +166,7 @@ def _run(ctx: Context, store: GoldenStore, record: bool) -> None:
     preflight = _timed(ctx, "preflight", lambda: gates.preflight(ctx))
     result.started_on = ctx.current
     if preflight.status == ERROR:
-        result.status = "refused"
+        result.status = RunStatus.REFUSED
         result.error = "; ".join(preflight.problems[:3])
         return
     if record:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from vmtests.contracts.serving import DEVICE
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
 from vmtests.guest import toolpath
@@ -102,5 +103,5 @@ def set_stub_knobs(machine: Machine, **knob_values: str) -> None:
 
 def check_stub_device_layer(machine: Machine) -> str:
     """Check the layer works (char device, driver file, ``tt-smi -s``); return the snapshot."""
-    machine.succeed("test -c %s && test -s %s", device.STUB_DEVICE, knobs.DEFAULT_DRIVER_FILE)
+    machine.succeed("test -c %s && test -s %s", DEVICE, knobs.DEFAULT_DRIVER_FILE)
     return machine.succeed(f"{TT_SMI_PATH} -s")

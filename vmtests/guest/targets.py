@@ -18,6 +18,7 @@ from vmtests.contracts.serving import SERVING_PORT
 from vmtests.driver.machine import Machine
 from vmtests.driver.qemu import QemuMachine
 from vmtests.driver.ssh import SshMachine
+from vmtests.guest import REFERENCE_TARGET
 
 _SSH_RE = re.compile(
     r"^ssh://(?:(?P<user>[^@/]+)@)?(?P<host>\[[^\]]+\]|[^:/]+)(?::(?P<port>\d+))?/?$"
@@ -74,7 +75,7 @@ def machine_from_target(target: str, state_dir: Path, **options: Any) -> Machine
     and ``connect_timeout``.
     """
     state_dir = Path(state_dir)
-    if target == "qemu:reference":
+    if target == REFERENCE_TARGET:
         from vmtests.guest.image import reference_image  # noqa: PLC0415
         from vmtests.guest.stub_image import DISK_SERIAL, stub_image  # noqa: PLC0415
 

@@ -45,7 +45,7 @@ CARD_NOT_ASKED = "tt-smi: not run (this snapshot was taken without the card)"
 
 _SCRIPT = r"""
 unit=$1; port=$2; hpunit=$3; container=$4; nlines=$5; card=$6
-sec() { printf '\n@@vmtests-section %s\n' "$1"; }
+sec() { printf '\n%s%s\n' "$MARK" "$1"; }
 proc() {  # pid: argv, environment and cgroup of one process, base64
   [ -r "/proc/$1/cmdline" ] || return 0
   echo "pid $1"
@@ -60,7 +60,7 @@ prop() {  # prop NAME PROPS: each value of NAME in saved `systemctl show` output
 }
 files() {  # files PROPS: FragmentPath and DropInPaths of saved properties, contents base64
   for f in $(prop FragmentPath "$1") $(prop DropInPaths "$1"); do
-    [ -f "$f" ] && printf '@@vmtests-file %s %s\n' "$f" "$(base64 -w0 < "$f")"
+    [ -f "$f" ] && printf '%s%s %s\n' "$FMARK" "$f" "$(base64 -w0 < "$f")"
   done
 }
 # One `systemctl show` per unit: under TCG each costs about 0.15 s of guest CPU.
@@ -75,12 +75,12 @@ sec unit_files; files "$uprops"
 sec start_script  # a NixOS `script` unit: ExecStart runs a shell script; show it
 sp=$(prop ExecStart "$uprops" | sed -n 's/^{ path=\([^ ;]*\) .*/\1/p' | head -n1)
 if [ -f "$sp" ] && [ "$(head -c 2 "$sp")" = '#!' ]; then
-  printf '@@vmtests-file %s %s\n' "$sp" "$(base64 -w0 < "$sp")"
+  printf '%s%s %s\n' "$FMARK" "$sp" "$(base64 -w0 < "$sp")"
 fi
 sec manager_env; systemctl show-environment
 sec unit_sources  # files the unit reads: EnvironmentFile=, Exec* scripts, what they source
 srcfile() {
-  [ -f "$1" ] && printf '@@vmtests-file %s %s\n' "$1" "$(head -c 65536 "$1" | base64 -w0)"
+  [ -f "$1" ] && printf '%s%s %s\n' "$FMARK" "$1" "$(head -c 65536 "$1" | base64 -w0)"
 }
 for f in $(prop EnvironmentFiles "$uprops" | sed 's/ ([a-z_]*=[a-z]*)//g'); do
   srcfile "$f"
@@ -159,6 +159,7 @@ def snapshot_command(
     """The shell command that prints every section of a snapshot (``tt-smi`` only with
     ``card``)."""
     variables = (
+        f"MARK={shlex.quote(MARK)} FMARK={shlex.quote(FILE_MARK)} "
         f"UNITPROPS={shlex.quote(UNIT_PROPERTIES)} "
         f"HPPROPS={shlex.quote(HUGEPAGE_UNIT_PROPERTIES)} "
         f"JFIELDS={shlex.quote(JOURNAL_FIELDS)} "

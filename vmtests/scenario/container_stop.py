@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, replace
 
 from vmtests.contracts.findings import Check, Finding, Reason
-from vmtests.contracts.serving import SERVING_CONTAINER, SERVING_UNIT
+from vmtests.contracts.serving import DEVICE, SERVING_CONTAINER, SERVING_UNIT
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
 from vmtests.scenario.controls import ControlOutcome, judge, reset_to_target
@@ -106,7 +106,7 @@ def start_leftover_container(machine: Machine, switch: ReferenceSwitch) -> str:
     environment = " ".join(f"-e {shlex.quote(f'{k}={v}')}" for k, v in target.environment.items())
     container_id = machine.succeed(
         f"{BACKEND} run -d --name={SERVING_CONTAINER} --network=host --ipc=host "
-        f"--device=/dev/tenstorrent/0 {environment} {shlex.quote(target.image)} "
+        f"--device={DEVICE} {environment} {shlex.quote(target.image)} "
         + " ".join(map(shlex.quote, target.args)),
         timeout=120,
     ).strip()

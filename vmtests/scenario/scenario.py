@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from vmtests.contracts.findings import Check, Reason
 from vmtests.contracts.serving import READY_TIMEOUT, SERVING_PORT, SERVING_UNIT
+from vmtests.contracts.status import RunStatus
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
@@ -54,7 +55,7 @@ class ScenarioResult:
     steps: dict[str, float] = field(default_factory=dict)
     meter: DriverMeter = field(default_factory=DriverMeter)
     wall_seconds: float = 0.0
-    status: str = "running"
+    status: RunStatus = RunStatus.RUNNING
     error: str = ""
     console_logs: list[str] = field(default_factory=list)
     expected_system: str | None = None
@@ -75,7 +76,7 @@ class ScenarioResult:
     @property
     def ok(self) -> bool:
         """True when the run finished and no check failed."""
-        return self.status == "finished" and not self.failures and not self.error
+        return self.status == RunStatus.FINISHED and not self.failures and not self.error
 
 
 class Scenario:
@@ -154,13 +155,13 @@ class Scenario:
         start = time.monotonic()
         try:
             self._run()
-            self.result.status = "finished"
+            self.result.status = RunStatus.FINISHED
         except KeyboardInterrupt:
-            self.result.status = "interrupted"
+            self.result.status = RunStatus.INTERRUPTED
             self.result.error = "interrupted (Ctrl-C)"
             raise
         except Exception as error:
-            self.result.status = "error"
+            self.result.status = RunStatus.ERROR
             self.result.error = f"{type(error).__name__}: {error}"
             raise
         finally:

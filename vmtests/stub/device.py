@@ -17,12 +17,12 @@ from __future__ import annotations
 import os
 import stat
 
+from vmtests.contracts.serving import DEVICE
 from vmtests.stub import knobs
 
 STUB_MAJOR = 120
 STUB_DRIVER_VERSION = "2.10.0"
-DEVICE_DIR = "/dev/tenstorrent"
-STUB_DEVICE = f"{DEVICE_DIR}/0"
+DEVICE_DIR = os.path.dirname(DEVICE)
 
 
 def tmpfiles_rules(driver_file: str = knobs.DEFAULT_DRIVER_FILE) -> list[str]:
@@ -35,7 +35,7 @@ def tmpfiles_rules(driver_file: str = knobs.DEFAULT_DRIVER_FILE) -> list[str]:
     driver_dir = os.path.dirname(driver_file)
     return [
         f"d {DEVICE_DIR} 0755 root root -",
-        f"c {STUB_DEVICE} 0666 root root - {STUB_MAJOR}:0",
+        f"c {DEVICE} 0666 root root - {STUB_MAJOR}:0",
         f"d {driver_dir} 0755 root root -",
         f"f+ {driver_file} 0444 root root - {STUB_DRIVER_VERSION}",
         # The knobs file the serving container reads (--env-file): created empty (faults off)

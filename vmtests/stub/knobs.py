@@ -46,6 +46,8 @@ import json
 import os
 from collections.abc import Mapping
 
+from vmtests.contracts.serving import DEVICE
+
 PREFIX = "VMTESTS_STUB_"
 """Every knob's name starts so (a variable of the serving stack, not of the serving config)."""
 DEVICES = "VMTESTS_STUB_DEVICES"
@@ -68,7 +70,7 @@ KNOBS_FILE = "/etc/vmtests-stub/knobs.env"
 it as ``docker run --env-file`` (``environmentFiles`` in oci-containers), so that a test can
 turn a fault on in the server inside the container without changing the serving config."""
 
-DEFAULT_DEVICES = "/dev/tenstorrent/0"
+DEFAULT_DEVICES = DEVICE
 DEFAULT_DRIVER_FILE = "/run/tenstorrent-stub/driver-version"
 DEFAULT_TIME_SCALE = 0.1
 DEFAULT_DRAIN_TIMEOUT = 30.0

@@ -75,7 +75,7 @@ def hardware_allowed(config: pytest.Config) -> bool:
 SHARED_GUEST_GROUP = "shared-reference-guest"
 SHARED_GUEST_SECONDS = 175.0
 """The shared guest's ``guest_seconds``: its tests live in several modules, so no module marker
-states it. About 175 s in CI on db2c1bc (docs/ci-time.md); unweighted, it would wait among the
+states it (the figure is measured in CI, docs/ci-time.md); unweighted, it would wait among the
 light tests."""
 
 
@@ -111,8 +111,7 @@ def heaviest_groups_first(items: list[pytest.Item]) -> list[pytest.Item]:
     whenever two or fewer of its tests are pending, and holds its last test until it knows the
     next one, so a group of one test always brings the next group onto its worker at once.
     At the start both workers take two groups anyway; later, consecutive single-test groups
-    pile up on one worker while the other runs dry (on 13aedfa and 021bae3 the two scenario
-    tests and the shared guest queued behind each other, and that guest ran alone at the end).
+    pile up on one worker while the other runs dry (seen in CI, docs/ci-time.md).
     """
     weights: dict[str, float] = {SHARED_GUEST_GROUP: SHARED_GUEST_SECONDS}
     sizes: dict[str, int] = {}

@@ -99,17 +99,24 @@ def test_verdict_and_exit_status() -> None:
 
 
 def test_report_markdown_verdict_first_and_redacted(tmp_path: Path) -> None:
+    """Secrets are redacted, measurements never: a token count is no token."""
     result = _result(PASSED, FAILED)
     result.gates[1].problems.append("request failed with HF_TOKEN=hf_secret123 in its log")
-    result.requests.append(RequestRecord("smoke", "smoke", "smoke-1", 0, status=200, text="t"))
+    result.gates[0].numbers.update(prompt_tokens=512, output_tokens=128)
+    result.requests.append(
+        RequestRecord("smoke", "smoke", "smoke-1", 0, status=200, text="t", prompt_tokens=37)
+    )
     paths = report.write_certificate(result, tmp_path)
     text = paths["markdown"].read_text()
     assert text.startswith("# NOT CERTIFIED")
     assert "| g1 | **failed** |" in text
     assert "hf_secret123" not in text
+    assert "prompt_tokens=512, output_tokens=128" in text
     data = json.loads(paths["json"].read_text())
     assert data["exit_status"] == 1
     assert data["requests"][0]["prompt_id"] == "smoke-1"
+    assert data["requests"][0]["prompt_tokens"] == 37
+    assert data["gates"][0]["numbers"]["prompt_tokens"] == 512
     assert "hf_secret123" not in paths["json"].read_text()
 
 

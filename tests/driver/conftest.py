@@ -1,7 +1,8 @@
 """Fixtures of the driver integration tests: the shared reference guest, an ssh session to it.
 
-Booting a guest under TCG costs ~10-25 s, so the framing, unit, console, reboot and ssh tests
-share the plugin's ``shared_reference_guest``; each leaves it running and answering.
+Booting a guest under TCG costs tens of seconds (docs/ci-time.md), so the framing, unit,
+console, reboot and ssh tests share the plugin's ``shared_reference_guest``; each leaves it
+running and answering.
 """
 
 from __future__ import annotations

@@ -144,7 +144,7 @@ def test_hugepages_of_every_profile_fit_in_the_contracts_memory() -> None:
 
 
 def test_hugepage_fit_fails_below_the_measured_minimum() -> None:
-    # Measured: 2 x 1 GiB need 8192 MB.
+    # 2 x 1 GiB need 8192 MB (the measurements behind the rule: docs/ci-time.md).
     assert required_memory_mb(2, Hugepages(2, "1G").size_kib) == 8192
     with pytest.raises(ValueError, match=r"need 8192 MB .* has 6144 MB: raise resources.memoryMB"):
         check_hugepages_fit(Hugepages(2, "1G"), memory_mb=6144)

@@ -4,11 +4,10 @@
   tunnel (``ssh -N -L``) with the machine's own ssh options;
 - a QEMU guest: an ssh tunnel over the guest's forwarded sshd (host key pinned over the
   backdoor, ``vmtests.guest.access``). Not QEMU's forwarded serving port: user-mode networking
-  (slirp) reset some of many simultaneous forwarded connections (measured on the reference
-  guest: 4 of 32 requests at concurrency 8, 1 of 32 at 32; the stub logged
-  ``ConnectionResetError`` from 10.0.2.2 while reading the request line), which the
-  concurrency gate would count as server failures. One tunnelled TCP connection carries every
-  request as an ssh channel, and sshd connects to the server inside the guest.
+  (slirp) reset some of many simultaneous forwarded connections (docs/ci-time.md has what was
+  seen), which the concurrency gate would count as server failures. One tunnelled TCP
+  connection carries every request as an ssh channel, and sshd connects to the server inside
+  the guest.
 
 The tunnel is killed when the ``with`` block ends. Requests go to the endpoint; everything else
 goes through the ``Machine``.

@@ -18,10 +18,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from vmtests.certify import hostops, prompts, stats
+from vmtests.certify.arms import Configuration
 from vmtests.certify.context import Context, spec
 from vmtests.certify.gates import judge_records
-from vmtests.certify.loadgen import BatchResult
+from vmtests.certify.loadgen import BatchResult, RequestSpec
 from vmtests.certify.model import ERROR, FAILED, PASSED, GateResult
 
 AB_PATTERN = "ABBA"
@@ -44,84 +47,130 @@ def run_figures(batch: BatchResult) -> dict[str, float]:
     }
 
 
+PAIRED = ("decode_step", "makespan", "ttft_p95")
+"""The figures each ABBA block pairs (mean of its A runs, mean of its B runs)."""
+
+
+@dataclass
+class AbMeasurements:
+    """What the A/B's runs measured: each run's figures, the per-block pairs of every paired
+    figure, and the same-arm decode-step repeats (the measurement's own noise)."""
+
+    runs: list[dict[str, object]] = field(default_factory=list)
+    pairs: dict[str, tuple[list[float], list[float]]] = field(
+        default_factory=lambda: {key: ([], []) for key in PAIRED}
+    )
+    repeats: list[tuple[float, float]] = field(default_factory=list)
+
+
 def ab(ctx: Context) -> GateResult:
     """The interleaved A/B of ``ctx.base`` (A) against ``ctx.arm_b`` (B)."""
     gate = GateResult("ab")
-    b_config = ctx.arm_b
-    if b_config is None:
-        gate.summary = "not requested (--ab)"
-        return gate
-    arms = {"A": ctx.base, "B": b_config}
-    if ctx.options.ab_blocks < MIN_BLOCKS:
-        gate.error(f"{ctx.options.ab_blocks} block(s): a paired CI needs at least {MIN_BLOCKS}")
-        return gate
-    for arm, config in arms.items():
-        # The advisory's A/B: prefix caching on in both arms (the profiles say so).
-        if config.profile.module_banner.get("prefix-caching") != "on":
-            gate.error(f"arm {arm} ({config.name}) does not expect prefix caching on")
-    if gate.problems:
+    arms = _arms(ctx, gate)
+    if arms is None:
         return gate
     specs = [spec(p, ctx.options.ab_tokens, ctx.options.seed) for p in prompts.ab_prompts()]
-    runs: list[dict[str, object]] = []
-    pairs: dict[str, tuple[list[float], list[float]]] = {
-        key: ([], []) for key in ("decode_step", "makespan", "ttft_p95")
-    }
-    repeats: list[tuple[float, float]] = []  # same-arm decode steps: the measurement's noise
+    measured = AbMeasurements()
     for block in range(ctx.options.ab_blocks):
-        per_arm: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
-        for position, arm in enumerate(AB_PATTERN):
-            label = f"block-{block + 1}-{arm}{position + 1}"
-            switch = ctx.switch(arms[arm], reason=f"A/B {label}")
-            if not switch.ok:
-                gate.fail(f"{label}: switch to {arms[arm].name}: " + "; ".join(switch.failures))
-                continue
-            itl_before = _itl(ctx)
-            batch = ctx.batch(
-                specs, concurrency=ctx.options.ab_concurrency, stage="ab", label=label
-            )
-            itl_after = _itl(ctx)
-            judge_records(gate, batch.records, ctx)
-            figures = run_figures(batch)
-            # The server's own inter-token latency (vLLM v1/metrics/loggers.py histogram): the
-            # decode step without the network and the client's scheduling in it.
-            figures["decode_step_client"] = figures["decode_step"]
-            if itl_after[1] > itl_before[1]:
-                figures["decode_step"] = (itl_after[0] - itl_before[0]) / (
-                    itl_after[1] - itl_before[1]
-                )
-            per_arm[arm].append(figures)
-            runs.append({"block": block + 1, "arm": arm, "label": label, **figures})
-        if len(per_arm["A"]) == 2 and len(per_arm["B"]) == 2:
-            repeats += [(per_arm[a][0]["decode_step"], per_arm[a][1]["decode_step"]) for a in "AB"]
-            for key, (a_values, b_values) in pairs.items():
-                a_values.append(stats.mean([f[key] for f in per_arm["A"]]))
-                b_values.append(stats.mean([f[key] for f in per_arm["B"]]))
+        _run_block(ctx, gate, arms, specs, block=block + 1, measured=measured)
     gate.numbers.update(
-        arms={"A": ctx.base.name, "B": b_config.name},
+        arms={arm: config.name for arm, config in arms.items()},
         pattern=AB_PATTERN,
         blocks=ctx.options.ab_blocks,
         concurrency=ctx.options.ab_concurrency,
         requests_per_run=len(specs),
-        runs=runs,
+        runs=measured.runs,
     )
-    if gate.status == FAILED or not pairs["decode_step"][0]:
+    if gate.status == FAILED or not measured.pairs["decode_step"][0]:
         gate.summary = "A/B invalid: " + (gate.problems[0] if gate.problems else "no block")
         return gate
+    _decide(gate, measured)
+    return gate
+
+
+def _arms(ctx: Context, gate: GateResult) -> dict[str, Configuration] | None:
+    """The two arms, or None when the A/B cannot run as the advisory asks (``gate`` says why:
+    not requested, too few blocks for a paired CI, an arm without prefix caching)."""
+    if ctx.arm_b is None:
+        gate.summary = "not requested (--ab)"
+        return None
+    if ctx.options.ab_blocks < MIN_BLOCKS:
+        gate.error(f"{ctx.options.ab_blocks} block(s): a paired CI needs at least {MIN_BLOCKS}")
+        return None
+    arms = {"A": ctx.base, "B": ctx.arm_b}
+    for arm, config in arms.items():
+        # The advisory's A/B: prefix caching on in both arms (the profiles say so).
+        if config.profile.module_banner.get("prefix-caching") != "on":
+            gate.error(f"arm {arm} ({config.name}) does not expect prefix caching on")
+    return None if gate.problems else arms
+
+
+def _run_block(
+    ctx: Context,
+    gate: GateResult,
+    arms: dict[str, Configuration],
+    specs: list[RequestSpec],
+    *,
+    block: int,
+    measured: AbMeasurements,
+) -> None:
+    """One ABBA block: four runs, each after a real switch; a complete block adds its pair."""
+    per_arm: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
+    for position, arm in enumerate(AB_PATTERN):
+        label = f"block-{block}-{arm}{position + 1}"
+        figures = _run_arm(ctx, gate, arms[arm], specs, label)
+        if figures is not None:
+            per_arm[arm].append(figures)
+            measured.runs.append({"block": block, "arm": arm, "label": label, **figures})
+    if len(per_arm["A"]) == 2 and len(per_arm["B"]) == 2:
+        measured.repeats += [
+            (per_arm[arm][0]["decode_step"], per_arm[arm][1]["decode_step"]) for arm in "AB"
+        ]
+        for key, (a_values, b_values) in measured.pairs.items():
+            a_values.append(stats.mean([f[key] for f in per_arm["A"]]))
+            b_values.append(stats.mean([f[key] for f in per_arm["B"]]))
+
+
+def _run_arm(
+    ctx: Context, gate: GateResult, config: Configuration, specs: list[RequestSpec], label: str
+) -> dict[str, float] | None:
+    """Switch to ``config`` and send the frozen prompts: the run's figures, or None (and a
+    failed gate) when the switch did not hold."""
+    switch = ctx.switch(config, reason=f"A/B {label}")
+    if not switch.ok:
+        gate.fail(f"{label}: switch to {config.name}: " + "; ".join(switch.failures))
+        return None
+    itl_before = _itl(ctx)
+    batch = ctx.batch(specs, concurrency=ctx.options.ab_concurrency, stage="ab", label=label)
+    itl_after = _itl(ctx)
+    judge_records(gate, batch.records, ctx)
+    figures = run_figures(batch)
+    # The server's own inter-token latency (vLLM v1/metrics/loggers.py histogram): the decode
+    # step without the network and the client's scheduling in it.
+    figures["decode_step_client"] = figures["decode_step"]
+    if itl_after[1] > itl_before[1]:
+        figures["decode_step"] = (itl_after[0] - itl_before[0]) / (itl_after[1] - itl_before[1])
+    return figures
+
+
+def _decide(gate: GateResult, measured: AbMeasurements) -> None:
+    """The paired bootstrap CIs of B/A and the advisory's noise-band decision on the decode
+    step; an inconclusive decision fails the gate."""
     ratios = {
         key: stats.bootstrap_ratio_ci(a_values, b_values)
-        for key, (a_values, b_values) in pairs.items()
+        for key, (a_values, b_values) in measured.pairs.items()
     }
     # The advisory's band is its hardware's measurement noise (~0.5 %); a noisier measurement
     # cannot resolve that, so the band is the larger of the two and both are reported.
-    measured = stats.repeat_noise(repeats)
-    band = max(stats.NOISE_BAND, measured)
+    noise = stats.repeat_noise(measured.repeats)
+    band = max(stats.NOISE_BAND, noise)
     decision = stats.noise_band_decision(ratios["decode_step"], band)
     gate.numbers.update(
         ratios={key: estimate.to_dict() for key, estimate in ratios.items()},
         decision=decision.verdict,
         decision_text=decision.text,
         advisory_noise_band=stats.NOISE_BAND,
-        measured_noise_band=measured,
+        measured_noise_band=noise,
         noise_band=band,
     )
     if decision.verdict == "inconclusive":
@@ -129,14 +178,13 @@ def ab(ctx: Context) -> GateResult:
     elif gate.status != ERROR:
         gate.status = PASSED
     gate.summary = f"decode step {decision.text}"
-    if measured > stats.NOISE_BAND:
+    if noise > stats.NOISE_BAND:
         warning = (
-            f"this run's measured noise ({measured:.1%}) exceeds the advisory's "
+            f"this run's measured noise ({noise:.1%}) exceeds the advisory's "
             f"{stats.NOISE_BAND:.1%} band: it cannot resolve an effect that small"
         )
         gate.numbers["noise_warning"] = warning
         gate.summary += f"; NOTE: {warning}"
-    return gate
 
 
 def decode_b1(ctx: Context) -> GateResult:

@@ -46,75 +46,114 @@ def build_plan(
     restart_seconds: float = 300.0,
 ) -> list[Step]:
     """The steps of a run with these options (``options.only`` limits the gates)."""
-    wanted = set(options.only or ALL_GATES)
-    steps = [
-        Step(
-            "preflight",
-            "read only: MemAvailable >= "
-            f"{options.min_mem_gib:.0f} GiB, df /, tt-smi -s (p150, driver, device holders), "
-            f"serving unit active, persistence checks of profile {profile}, config digest",
-            seconds=30,
-        )
-    ]
+    steps = [_preflight(options, profile)]
     if record_golden:
-        every = [*prompts.SMOKE, *prompts.EXTENDED, *prompts.concurrency_prompts()]
-        count = len(every) + len(prompts.ab_prompts()) + 1 + 2 * len(prompts.LONG_SIZES)
-        seconds = sum(_request_seconds(300, options.correctness_tokens) for _ in range(count))
-        seconds += sum(
-            _request_seconds(t, options.long_tokens) for t in prompts.LONG_SIZES.values()
-        )
-        steps.append(
-            Step("record_golden", f"send {count} fixed prompts once at B=1, temperature 0; write "
-                 f"vmtests/certify/golden/{profile}.json (no gate is judged)", count, 0, seconds)
-        )  # fmt: skip
-        return steps
-    for name, prompt_set in (("smoke", prompts.SMOKE), ("extended", prompts.EXTENDED)):
-        if name in wanted:
-            count = len(prompt_set)
-            steps.append(
-                Step(name, f"{count} fixed prompts, B=1, temperature 0, sha vs golden", count,
-                     0, count * _request_seconds(40, options.correctness_tokens))
-            )  # fmt: skip
+        return [*steps, _record_golden(options, profile)]
+    wanted = set(options.only or ALL_GATES)
+    steps += [_correctness(options, name) for name in ("smoke", "extended") if name in wanted]
     if "concurrency" in wanted:
-        waves = math.ceil(options.requests / options.wave_width)
-        wave = _request_seconds(60, options.concurrency_tokens, options.wave_width)
-        steps.append(
-            Step("concurrency", f"{waves} waves x {options.wave_width} concurrent = "
-                 f"{options.requests} requests on {profile} (pass: 0 failures, n >= 256)",
-                 options.requests, 0, waves * wave)
-        )  # fmt: skip
+        steps.append(_concurrency(options, profile))
     if "ab" in wanted and ab_profile:
-        runs = options.ab_blocks * len(AB_PATTERN)
-        per_run = len(prompts.ab_prompts())
-        rounds = math.ceil(per_run / options.ab_concurrency)
-        run_seconds = rounds * _request_seconds(200, options.ab_tokens, options.ab_concurrency)
-        steps.append(
-            Step("ab", f"{options.ab_blocks} x {AB_PATTERN} blocks: {runs} switches "
-                 f"({switch}; systemctl stop, exit status checked, systemctl start; banners and "
-                 f"digest verified), A={profile} B={ab_profile}, {per_run} requests at "
-                 f"concurrency {options.ab_concurrency} per run", runs * per_run, runs,
-                 runs * (restart_seconds + run_seconds))
-        )  # fmt: skip
+        steps.append(_ab(options, profile, ab_profile, switch, restart_seconds))
     if "decode_b1" in wanted:
-        steps.append(
-            Step("decode_b1", f"{options.decode_repeats} x B=1 decode of {options.decode_tokens} "
-                 "tokens on a ~500-token prompt, sha checked", options.decode_repeats, 0,
-                 options.decode_repeats * _request_seconds(500, options.decode_tokens))
-        )  # fmt: skip
+        steps.append(_decode_b1(options))
     if "cold_warm" in wanted:
-        per_size = 2
-        seconds = restart_seconds + 2 * sum(
-            _request_seconds(t, options.long_tokens, per_size) for t in prompts.LONG_SIZES.values()
-        )
-        steps.append(
-            Step("cold_warm", "1 restart (systemctl stop, exit status checked, start), then "
-                 f"{per_size} prompts per size ({', '.join(prompts.LONG_SIZES)}) cold, then warm; "
-                 "hit ratio from /metrics per phase", 2 * per_size * len(prompts.LONG_SIZES),
-                 1, seconds)
-        )  # fmt: skip
+        steps.append(_cold_warm(options, restart_seconds))
     if "ab" in wanted and ab_profile:
         steps.append(Step("finish", f"the host ends on {profile} (each ABBA block ends on A)"))
     return steps
+
+
+def _preflight(options: Options, profile: str) -> Step:
+    return Step(
+        "preflight",
+        "read only: MemAvailable >= "
+        f"{options.min_mem_gib:.0f} GiB, df /, tt-smi -s (p150, driver, device holders), "
+        f"serving unit active, persistence checks of profile {profile}, config digest",
+        seconds=30,
+    )
+
+
+def _record_golden(options: Options, profile: str) -> Step:
+    every = [*prompts.SMOKE, *prompts.EXTENDED, *prompts.concurrency_prompts()]
+    count = len(every) + len(prompts.ab_prompts()) + 1 + 2 * len(prompts.LONG_SIZES)
+    seconds = sum(_request_seconds(300, options.correctness_tokens) for _ in range(count))
+    seconds += sum(_request_seconds(t, options.long_tokens) for t in prompts.LONG_SIZES.values())
+    return Step(
+        "record_golden",
+        f"send {count} fixed prompts once at B=1, temperature 0; write "
+        f"vmtests/certify/golden/{profile}.json (no gate is judged)",
+        count,
+        0,
+        seconds,
+    )
+
+
+def _correctness(options: Options, name: str) -> Step:
+    count = len(prompts.SMOKE if name == "smoke" else prompts.EXTENDED)
+    seconds = count * _request_seconds(40, options.correctness_tokens)
+    return Step(
+        name, f"{count} fixed prompts, B=1, temperature 0, sha vs golden", count, 0, seconds
+    )
+
+
+def _concurrency(options: Options, profile: str) -> Step:
+    waves = math.ceil(options.requests / options.wave_width)
+    wave = _request_seconds(60, options.concurrency_tokens, options.wave_width)
+    return Step(
+        "concurrency",
+        f"{waves} waves x {options.wave_width} concurrent = {options.requests} requests on "
+        f"{profile} (pass: 0 failures, n >= 256)",
+        options.requests,
+        0,
+        waves * wave,
+    )
+
+
+def _ab(
+    options: Options, profile: str, ab_profile: str, switch: str, restart_seconds: float
+) -> Step:
+    runs = options.ab_blocks * len(AB_PATTERN)
+    per_run = len(prompts.ab_prompts())
+    rounds = math.ceil(per_run / options.ab_concurrency)
+    run_seconds = rounds * _request_seconds(200, options.ab_tokens, options.ab_concurrency)
+    return Step(
+        "ab",
+        f"{options.ab_blocks} x {AB_PATTERN} blocks: {runs} switches ({switch}; systemctl stop, "
+        "exit status checked, systemctl start; banners and digest verified), "
+        f"A={profile} B={ab_profile}, {per_run} requests at concurrency "
+        f"{options.ab_concurrency} per run",
+        runs * per_run,
+        runs,
+        runs * (restart_seconds + run_seconds),
+    )
+
+
+def _decode_b1(options: Options) -> Step:
+    return Step(
+        "decode_b1",
+        f"{options.decode_repeats} x B=1 decode of {options.decode_tokens} tokens on a "
+        "~500-token prompt, sha checked",
+        options.decode_repeats,
+        0,
+        options.decode_repeats * _request_seconds(500, options.decode_tokens),
+    )
+
+
+def _cold_warm(options: Options, restart_seconds: float) -> Step:
+    per_size = 2
+    seconds = restart_seconds + 2 * sum(
+        _request_seconds(t, options.long_tokens, per_size) for t in prompts.LONG_SIZES.values()
+    )
+    return Step(
+        "cold_warm",
+        "1 restart (systemctl stop, exit status checked, start), then "
+        f"{per_size} prompts per size ({', '.join(prompts.LONG_SIZES)}) cold, then warm; "
+        "hit ratio from /metrics per phase",
+        2 * per_size * len(prompts.LONG_SIZES),
+        1,
+        seconds,
+    )
 
 
 def render_plan(steps: list[Step]) -> str:

@@ -19,7 +19,7 @@ The contract:
   Why a ``virtserialport`` and not the ``virtconsole`` (``hvc0``) the nixpkgs driver uses:
   QEMU flow-controls serial ports, but *drops* console output whenever the host socket is
   momentarily full (``hw/char/virtio-console.c``, ``flush_buf``: only ``!is_console`` ports
-  are throttled). We measured lost 4 KiB blocks in 1 MiB outputs over ``hvc0``. A port is also
+  are throttled); 1 MiB outputs over ``hvc0`` lost whole blocks (docs/ci-time.md). A port is also
   not a tty, so there is no echo, line discipline or line-length limit to switch off;
 - no getty runs on ``hvc0`` or ``ttyS0`` (a getty on the same device makes writes fail);
 - sshd runs and accepts the suite's key for root;

@@ -36,8 +36,9 @@ DEFAULT_REBOOT_TIMEOUT = 300.0
 RETRY_INTERVAL = 0.5
 MAX_RETRY_INTERVAL = 2.0
 """A poll that runs a command on the machine backs off from ``RETRY_INTERVAL`` to this: each
-try costs the machine CPU (a ``systemctl show`` about 0.2 s under TCG), taken from the boot or
-start being awaited. Polls from the host (``wait_for_http_ok`` through a forward) do not."""
+try costs the machine CPU (a ``systemctl show`` is a noticeable part of a second under TCG,
+docs/ci-time.md), taken from the boot or start being awaited. Polls from the host
+(``wait_for_http_ok`` through a forward) do not."""
 JOURNAL_TAIL_LINES = 40
 
 

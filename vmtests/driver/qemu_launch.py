@@ -87,10 +87,8 @@ def tcg_thread_mode(cpus: int, host_cores: int, guests_at_once: int) -> str:
     """``multi`` (a host thread per vCPU, MTTCG) only when every vCPU of every guest running at
     once has a host core; otherwise ``single`` (one thread runs all of a guest's vCPUs).
 
-    Under contention MTTCG's cross-vCPU synchronisation costs more than it gains: two 2-vCPU
-    guests on a 2-core host did the same boot, deployment, restarts and snapshots in 257 s
-    single-threaded against 377 s multi-threaded; a lone guest there still gains from MTTCG
-    (boot 16 s against 27 s). Figures in docs/ci-time.md.
+    Under contention MTTCG's cross-vCPU synchronisation costs more than it gains, while a lone
+    guest still gains from it (the figures are in docs/ci-time.md).
     """
     return "multi" if host_cores >= cpus * guests_at_once else "single"
 

@@ -52,7 +52,7 @@ DISK_SIZE = "4G"
 HOSTNAME = "reference"
 # The contract's kernel parameters (console, console level) come first, as on NixOS; the rest
 # is this guest's own: `-cpu max` shows SVM/VMX to the guest, and udev then loads kvm, which
-# takes ~6 s of every boot under TCG (measured from the console timestamps). Debian's kernel
+# takes seconds of every boot under TCG (docs/ci-time.md). Debian's kernel
 # enables AppArmor, NixOS's leaves it off (`security.apparmor.enable` defaults to false, nixpkgs
 # nixos/modules/security/apparmor.nix); with it on, dockerd refuses to run a container without
 # apparmor_parser.
@@ -83,7 +83,7 @@ BOOT_TIME_MASKS = (
 )
 NIXOS_ABSENT_GENERATORS = (
     # Debian's systemd runs these at every boot and every daemon-reload (each one a process,
-    # about 0.6 s of guest CPU per reload under TCG, measured). NixOS has neither: nixpkgs
+    # guest CPU at every reload under TCG, docs/ci-time.md). NixOS has neither: nixpkgs
     # 26.11 builds systemd 260.2 (pkgs/os-specific/linux/systemd/default.nix) with no
     # sysvinit-path, and systemd v260 removed both generators (systemd/systemd NEWS, the
     # announcement in "CHANGES WITH 259").

@@ -5,9 +5,8 @@ vCPUs (``GUEST_MEMORY_MB``, ``GUEST_CPUS`` in ``vmtests/contracts/instrumentatio
 1 GiB page needs a free, 1 GiB-aligned GiB of physical memory, and on QEMU's ``pc`` machine
 the RAM below 4 GiB never offers one reliably: the kernel sits in the first GiB, the PCI hole
 takes the fourth, and the third ends a few KiB short of its boundary. Early allocations sit at
-the top of memory, and the system, dockerd and the server need room besides the pages.
-Measured on the reference guest with 2 x 1 GiB pages: 3072, 4096 and 5120 MB reserved only one
-page, 6144 MB reserved both at boot but sometimes one at switch time, 8192 MB both every time.
+the top of memory, and the system, dockerd and the server need room besides the pages. The
+measurements behind the rule are in docs/ci-time.md.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ files() {  # files PROPS: FragmentPath and DropInPaths of saved properties, cont
     [ -f "$f" ] && printf '%s%s %s\n' "$FMARK" "$f" "$(base64 -w0 < "$f")"
   done
 }
-# One `systemctl show` per unit: under TCG each costs about 0.15 s of guest CPU.
+# One `systemctl show` per unit: each costs guest CPU under TCG (docs/ci-time.md).
 uprops=$(systemctl show -p "$UNITPROPS,Environment" "$unit")
 hprops=$(systemctl show -p "$HPPROPS" "$hpunit")
 sec boot_id; cat /proc/sys/kernel/random/boot_id
@@ -186,8 +186,8 @@ def take_snapshot(
     ``container`` names a docker/podman container whose ``inspect`` gives the serving
     process's argv and environment; without it the unit's MainPID is the serving process.
     ``card=False`` leaves out ``tt-smi`` (the card check then reports the card as not
-    inspected): callers that never read the card save the longest part of the script, about
-    1.1 to 1.8 s of guest CPU under TCG (docs/ci-time.md).
+    inspected): callers that never read the card save the longest part of the script
+    (docs/ci-time.md).
     """
     start = time.monotonic()
     result = machine.execute(

@@ -1,8 +1,10 @@
 """Redaction of secrets (tokens, API keys, passwords) before anything is stored or logged.
 
-A variable or flag whose *name* contains token, key, secret or password keeps its name and
-loses its value. Snapshots are redacted when they are taken, so reports and logs built from
-them can never leak what the machine holds.
+A variable or flag whose *name* has a secret's word in it (``HF_TOKEN``, ``--api-key``,
+``DB_PASSWORD``, ``clientSecret``) keeps its name and loses its value. The word must stand on
+its own: ``prompt_tokens``, ``max_tokens`` or ``tokenizer`` name figures and paths, not
+secrets, and keep their values. Snapshots are redacted when they are taken, so reports and logs
+built from them can never leak what the machine holds.
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ import re
 from collections.abc import Mapping, Sequence
 
 REDACTED = "<redacted>"
-SECRET_NAME = re.compile(r"token|key|secret|password|passwd", re.IGNORECASE)
+SECRET_WORDS = frozenset({"token", "key", "apikey", "secret", "password", "passwd", "credentials"})
+"""The words of a name (split at ``_``, ``-``, ``.`` and lower-to-upper case changes) that make
+it a secret's."""
+_WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 # NAME=value inside free text (unit files, journal lines, `Environment=` lists).
 _ASSIGNMENT = re.compile(
     r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)=(?P<value>\"[^\"]*\"|'[^']*'|[^\s\"']+)"
@@ -26,7 +31,7 @@ _FLAG = re.compile(
 
 def is_secret_name(name: str) -> bool:
     """True when ``name`` (an environment variable or a flag) names a secret."""
-    return SECRET_NAME.search(name) is not None
+    return any(word.lower() in SECRET_WORDS for word in _WORD.findall(name))
 
 
 def redact_environment(environment: Mapping[str, str]) -> dict[str, str]:

@@ -60,7 +60,7 @@ from vmtests.scenario.switching import wait_ready
 UNIT_DIR = "/etc/systemd/system"
 UNIT_RESTART_TIMEOUT = 360.0
 """A restart of the container unit: a graceful stop, ``docker load`` of the image file and the
-start. Measured under TCG on a loaded two-core host: 15 to 100 s; a restart over 120 s seen."""
+start; under TCG on a loaded two-core host it took up to several minutes (docs/ci-time.md)."""
 
 
 @dataclass(frozen=True)

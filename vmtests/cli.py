@@ -230,6 +230,7 @@ def command_selftest(args: argparse.Namespace) -> int:
                         controls.report_outcomes,
                         false_alarms + controls.report_false_alarms,
                         args.report_dir / "controls",
+                        controls.correct,
                     )
     outcomes = controls.report_outcomes
     false_alarms += controls.report_false_alarms

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from vmtests.scenario.checks import profile_rows
-from vmtests.scenario.controls import ControlOutcome
+from vmtests.scenario.control import ControlOutcome
 from vmtests.scenario.redact import redact_text
 from vmtests.scenario.results import CheckResult
 from vmtests.scenario.scenario import ScenarioResult
@@ -284,13 +284,18 @@ def write_scenario_report(
 
 
 def write_controls_report(
-    controls: Sequence[ControlOutcome], false_alarms: Sequence[CheckResult], directory: Path
+    controls: Sequence[ControlOutcome],
+    false_alarms: Sequence[CheckResult],
+    directory: Path,
+    correct: ControlOutcome | None = None,
 ) -> dict[str, Path]:
-    """Write the negative controls' JSON and Markdown (detection table and false alarms)."""
+    """Write the negative controls' JSON and Markdown (detection table and false alarms); the
+    JSON keeps every outcome's snapshot, the correct configuration's (``correct``) too."""
     data = {
         "controls": [outcome.to_dict() for outcome in controls],
         "false_alarms": [_redacted(check) for check in false_alarms],
         "all_detected": all(outcome.detected for outcome in controls),
+        "correct_configuration": correct.to_dict() if correct else None,
     }
     lines = [*detection_table(controls), "", "## False alarms on the correct configuration", ""]
     lines += [f"- {redact_text(str(check))}" for check in false_alarms] or ["- none"]

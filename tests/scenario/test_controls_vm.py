@@ -22,8 +22,9 @@ from vmtests.cli import SELFTEST_PROFILES
 from vmtests.contracts.findings import Check
 from vmtests.driver.qemu import QemuMachine
 from vmtests.report import write_controls_report
-from vmtests.scenario.container_stop import RM_F, SIGTERM
-from vmtests.scenario.controls import CONTROLS, Control
+from vmtests.scenario.container_stop import SIGTERM
+from vmtests.scenario.control import Control
+from vmtests.scenario.controls import CONTROLS, RM_F
 from vmtests.scenario.controls_run import ControlsRun, run_all_controls
 from vmtests.scenario.reference_switch import ReferenceSwitch
 from vmtests.scenario.scenario import Scenario
@@ -63,7 +64,10 @@ def control_run(scenario_guest: ScenarioGuest, vmtests_report_dir: Path) -> Cont
         return run_all_controls(scenario_guest.machine, switch, run)
     finally:
         write_controls_report(
-            run.report_outcomes, run.report_false_alarms, vmtests_report_dir / "controls"
+            run.report_outcomes,
+            run.report_false_alarms,
+            vmtests_report_dir / "controls",
+            run.correct,
         )
 
 
@@ -78,10 +82,30 @@ def test_correct_configuration_raises_no_alarm(control_run: ControlsRun) -> None
 
 @pytest.mark.parametrize("control", CONTROLS, ids=[control.name for control in CONTROLS])
 def test_negative_control_is_detected(control: Control, control_run: ControlsRun) -> None:
+    """On the guest the mechanism raises every finding the control declares (its model on a
+    recorded snapshot raises exactly those: test_control_effects.py); a false-alarm control
+    raises nothing."""
     outcome = control_run.outcomes[control.name]
     seen = "\n".join(str(failure) for failure in outcome.failures) or "(no failure at all)"
-    expected = control.finds or "no failure at all"
+    expected = ", ".join(map(str, sorted(control.declared))) or "no failure at all"
     assert outcome.detected, f"{control.name}: expected {expected}; failures seen:\n{seen}"
+    assert control.declared <= outcome.findings
+
+
+def test_each_control_has_its_own_message(control_run: ControlsRun) -> None:
+    """Every control ran, and each one's message comes from a failure with its own finding,
+    which no other control declares."""
+    assert set(control_run.outcomes) == {control.name for control in CONTROLS}
+    for control in CONTROLS:
+        if control.finds is None:
+            continue
+        caught = [
+            f for f in control_run.outcomes[control.name].failures if f.finding == control.finds
+        ]
+        assert caught, control.name
+        assert control_run.outcomes[control.name].message == caught[0].message
+        others = [c.name for c in CONTROLS if c is not control and c.finds == control.finds]
+        assert others == [], f"{control.name} shares its finding with {others}"
 
 
 def test_leftover_container_is_stopped_gracefully(control_run: ControlsRun) -> None:
@@ -99,4 +123,6 @@ def test_oci_containers_rm_f_pre_start_is_caught(control_run: ControlsRun) -> No
     outcome = control_run.container.rm_f
     assert outcome.detected, "\n".join(map(str, outcome.failures)) or outcome.message
     # Only the leftover was killed: the unit's own stop stays graceful.
-    assert [(f.finding, f.subject) for f in outcome.failures] == [(RM_F, "leftover container")]
+    assert [(f.finding, f.subject) for f in outcome.failures] == [
+        (RM_F.finds, "leftover container")
+    ]

@@ -21,7 +21,7 @@ from vmtests.report import (
 )
 from vmtests.scenario.checks import evaluate_stage
 from vmtests.scenario.compare import diff_snapshots
-from vmtests.scenario.controls import ControlOutcome
+from vmtests.scenario.control import ControlOutcome
 from vmtests.scenario.scenario import ScenarioResult
 
 CFX = load_profile("cfx-llm2")

@@ -17,11 +17,13 @@ import shlex
 import time
 from dataclasses import dataclass, replace
 
-from vmtests.contracts.findings import Check, Finding, Reason
+from vmtests.contracts.findings import Check, Reason
 from vmtests.contracts.serving import DEVICE, SERVING_CONTAINER, SERVING_UNIT
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
-from vmtests.scenario.controls import ControlOutcome, judge, reset_to_target
+from vmtests.scenario.control import ControlOutcome, judge
+from vmtests.scenario.control_reset import reset_to_target
+from vmtests.scenario.controls import RM_F
 from vmtests.scenario.reference_switch import UNIT_RESTART_TIMEOUT, ReferenceSwitch, install_units
 from vmtests.scenario.results import CheckResult, failed, passed
 from vmtests.scenario.serving_unit import BACKEND
@@ -48,6 +50,12 @@ def container_events(machine: Machine, container_id: str) -> ContainerEvents:
         f"--format {shlex.quote(EVENT_FORMAT)}",
         timeout=60,
     )
+    return parse_events(container_id, output)
+
+
+def parse_events(container_id: str, output: str) -> ContainerEvents:
+    """``docker events --format EVENT_FORMAT`` output: ``kill <exit code> <signal>`` (no exit
+    code on a kill) and ``die <exit code> <signal>`` lines, oldest first."""
     signals: list[str] = []
     exit_codes: list[int] = []
     for line in output.splitlines():
@@ -160,10 +168,6 @@ def leftover_then_start(
     return stops
 
 
-RM_F = Finding(Check.GRACEFUL_STOP, Reason.KILLED)
-"""What the ``rm -f`` control must be caught by: the leftover container was killed."""
-
-
 @dataclass
 class ContainerControls:
     """The container path on one guest: the graceful run and the ``rm -f`` control."""
@@ -189,12 +193,6 @@ def run_container_controls(machine: Machine, switch: ReferenceSwitch) -> Contain
     graceful = leftover_then_start(machine, switch)
     start = time.monotonic()
     killed = leftover_then_start(machine, switch, graceful_pre_start=False)
-    outcome = judge(
-        "leftover container, rm -f pre-start",
-        "a container left running under the unit's name; the unit's pre-start is "
-        "oci-containers.nix's own `docker rm -f`",
-        RM_F,
-        [stop.result for stop in killed],
-    )
+    outcome = judge(RM_F, [stop.result for stop in killed])
     outcome.seconds = time.monotonic() - start
     return ContainerControls(graceful, outcome)

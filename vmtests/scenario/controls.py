@@ -1,32 +1,50 @@
-"""Negative controls: real ways a configuration fails to persist, each of which must be caught.
+"""The negative controls: real ways a configuration fails to persist, each of which must be caught.
 
 Every control starts from the correct target configuration (installed by the reference switch),
 applies one real mechanism on the reference guest (a ``/run`` drop-in, ``systemctl
 set-environment``, a hand-started server, ...), snapshots the machine (after a reboot when the
-failure only shows then) and runs the ordinary checks. Each control declares the finding it
-must produce (a ``Check`` and a ``Reason``, ``vmtests.contracts.findings``): it is *detected*
-when a failing result carries exactly that finding, whatever the message says. A false-alarm
-control declares none and is detected when nothing fails; so is the correct configuration
-itself (no false alarms).
+failure only shows then) and runs the ordinary checks (``vmtests.scenario.control_reset``).
+Each control is one entry here: its mechanism, declared with ``CATALOGUE.control``
+(``vmtests.scenario.control``):
+
+- ``finds``: the finding it must produce (a ``Check`` and a ``Reason``,
+  ``vmtests.contracts.findings``), and ``also`` what its mechanism cannot help breaking besides;
+  it is *detected* when the failures carry them, whatever the messages say. A false-alarm
+  control declares none and is detected when nothing fails; so is the correct configuration;
+- ``footprint``: what it leaves on the guest (files, units, manager variables, stub knobs,
+  containers, processes); the reset takes away the union of all footprints (``EVERY_FOOTPRINT``);
+- ``effect``: its mechanism applied to a snapshot (``vmtests.scenario.control_effects``), with
+  which a test that needs no VM proves the declared findings on a recorded snapshot.
 """
 
 from __future__ import annotations
 
 import shlex
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import replace
+from functools import reduce
 
-from vmtests.contracts.features import ENV_FEATURES, banner_text, env_name
+from vmtests.contracts.features import banner_text, env_name
 from vmtests.contracts.findings import Check, Finding, Reason
 from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_CONTAINER, SERVING_UNIT, Hugepages
-from vmtests.driver.errors import DriverError
-from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
 from vmtests.guest.stub_layer import GUEST_PYTHONPATH, set_stub_knobs
-from vmtests.scenario.checks import evaluate_stage
-from vmtests.scenario.collect import take_snapshot
+from vmtests.scenario import control_effects as effects
+from vmtests.scenario.control import Catalogue, Control, Declaration, Footprint
+from vmtests.scenario.control_places import (
+    BANNER_DROP_IN,
+    FEATURE_VARIABLES,
+    HAND_LOG,
+    HAND_PID_FILE,
+    MODEL_BUILD_DROP_IN,
+    RUN_ENV_FILE,
+    RUN_FLAGS_FILE,
+    RUNTIME_DROP_IN,
+    UNRELATED_DROP_IN,
+    UNRELATED_VARIABLE,
+    VENDOR_UNIT_DIR,
+    WRAPPER,
+    WRAPPER_DROP_IN,
+)
 from vmtests.scenario.reference_switch import (
     UNIT_DIR,
     UNIT_RESTART_TIMEOUT,
@@ -40,109 +58,15 @@ from vmtests.scenario.reference_switch import (
     systemd_quote,
     write_rendered,
 )
-from vmtests.scenario.results import CheckResult, failures, findings
-from vmtests.scenario.serving_unit import (
-    BACKEND,
-    RenderedUnits,
-    hugepages_path,
-    run_script_text,
-)
-from vmtests.scenario.snapshot import Snapshot
-from vmtests.scenario.switching import wait_healthy, wait_ready
+from vmtests.scenario.serving_unit import RenderedUnits, hugepages_path, run_script_text
+from vmtests.scenario.switching import wait_healthy
 from vmtests.stub import knobs, release
 
-RUNTIME_DROP_IN_DIR = f"/run/systemd/system/{SERVING_UNIT}.d"
-DURABLE_DROP_IN_DIR = f"{UNIT_DIR}/{SERVING_UNIT}.d"
-HAND_PID_FILE = "/run/vmtests-hand-serving.pid"
-RUNTIME_CONFIG_DIR = "/run/tenstorrent-serving"
-RUN_ENV_FILE = f"{RUNTIME_CONFIG_DIR}/features.env"
-RUN_FLAGS_FILE = f"{RUNTIME_CONFIG_DIR}/flags.sh"
-WRAPPER = "/usr/local/bin/tenstorrent-serving-wrapper"
-UNRELATED_VARIABLE = "EDITOR"
-VENDOR_UNIT_DIR = "/usr/lib/systemd/system"
-SETTLE_TIMEOUT = 120.0
-
-Apply = Callable[[Machine, ReferenceSwitch], None]
+CATALOGUE = Catalogue()
 
 
-@dataclass(frozen=True)
-class Control:
-    """One negative control: the mechanism, and the finding that must catch it.
-
-    ``finds`` is None for a false-alarm control: unrelated state that must raise no failure
-    at all ("detected" then means "no alarm", as required).
-    """
-
-    name: str
-    mechanism: str
-    finds: Finding | None
-    apply: Apply
-    reboot: bool = False
-    settle: bool = True  # wait for the unit and /health after applying (False: unit stopped)
-    # What the mechanism starts from: "running" (it changes a running target: masks,
-    # disables), "installed" (the target's units, stopped) or "clean" (it installs and starts
-    # what it needs itself, and its first step reloads systemd: the reset does not). Each
-    # restart or daemon-reload the reset saves costs seconds to most of a minute under TCG.
-    starts_from: Literal["clean", "installed", "running"] = "clean"
-
-    @property
-    def false_alarm(self) -> bool:
-        """True for a control that must raise no failure at all."""
-        return self.finds is None
-
-
-@dataclass
-class ControlOutcome:
-    """What happened when a control was applied: detected or not, the failures it raised (the
-    message of the one that caught it first) and the snapshot they come from."""
-
-    name: str
-    mechanism: str
-    finds: Finding | None
-    detected: bool
-    message: str
-    failures: list[CheckResult] = field(default_factory=list)
-    snapshot: Snapshot | None = None
-    seconds: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable form."""
-        return {
-            "name": self.name,
-            "mechanism": self.mechanism,
-            "finds": None if self.finds is None else str(self.finds),
-            "check": None if self.finds is None else self.finds.check,
-            "reason": None if self.finds is None else self.finds.reason,
-            "detected": self.detected,
-            "message": self.message,
-            "failures": [failure.to_dict() for failure in self.failures],
-            "snapshot": None if self.snapshot is None else self.snapshot.to_dict(),
-            "seconds": round(self.seconds, 2),
-        }
-
-
-def judge(
-    name: str,
-    mechanism: str,
-    finds: Finding | None,
-    results: list[CheckResult],
-    snapshot: Snapshot | None = None,
-) -> ControlOutcome:
-    """The outcome of a control that declared ``finds`` and raised ``results``: detected when
-    a failure carries that finding; with ``finds`` None, when nothing fails."""
-    failed = failures(results)
-    if finds is None:
-        detected = not failed
-        message = "no alarm, as required" if detected else f"FALSE ALARM: {failed[0]}"
-    else:
-        caught = [result for result in failed if result.finding == finds]
-        detected = bool(caught)
-        seen = ", ".join(map(str, sorted(findings(results)))) or "no failure"
-        message = caught[0].message if caught else f"NOT DETECTED: no {finds}; seen: {seen}"
-    return ControlOutcome(name, mechanism, finds, detected, message, failed, snapshot)
-
-
-# ---- mechanisms ------------------------------------------------------------------------------
+def _names(*names: str) -> frozenset[str]:
+    return frozenset(names)
 
 
 def _feature_free(switch: ReferenceSwitch) -> ServingConfig:
@@ -157,9 +81,9 @@ def _restart(machine: Machine, config: ServingConfig) -> None:
     restart_serving(machine, config)
 
 
-def _durable_drop_in(machine: Machine, name: str, settings: list[str]) -> None:
+def _durable_drop_in(machine: Machine, path: str, settings: list[str]) -> None:
     """Write a ``[Service]`` drop-in of the serving unit under /etc (durable)."""
-    machine.write_file(f"{DURABLE_DROP_IN_DIR}/{name}", "\n".join(["[Service]", *settings, ""]))
+    machine.write_file(path, "\n".join(["[Service]", *settings, ""]))
 
 
 def _exec_lines(machine: Machine, config: ServingConfig) -> list[str]:
@@ -174,47 +98,89 @@ def _exec_lines(machine: Machine, config: ServingConfig) -> list[str]:
     return [line for line in rendered.units[SERVING_UNIT].splitlines() if line.startswith(keep)]
 
 
+@CATALOGUE.control(
+    "stale banner after reboot",
+    Finding(Check.PROFILE_BANNER, Reason.BANNER_STALE), effects.stale_banner,
+    mechanism="the runtime drop-in, then a reboot: its banners exist only in the previous boot's "
+    "journal",
+    footprint=Footprint(files=_names(RUNTIME_DROP_IN)),
+    reboot=True,
+)  # fmt: skip
+@CATALOGUE.control(
+    "runtime drop-in",
+    Finding(Check.RUNTIME_DROP_IN, Reason.RUNTIME_DROP_IN), effects.runtime_drop_in,
+    footprint=Footprint(files=_names(RUNTIME_DROP_IN)),
+)  # fmt: skip
 def runtime_drop_in(machine: Machine, switch: ReferenceSwitch) -> None:
     """The durable unit lacks the features; a drop-in under /run adds them (lost at reboot)."""
     config = _feature_free(switch)
     stage_units(machine, config)
     exec_lines = _exec_lines(machine, switch.target)
     lines = ["[Service]", "ExecStartPre=", "ExecStart=", *exec_lines, ""]
-    machine.write_file(f"{RUNTIME_DROP_IN_DIR}/50-validated.conf", "\n".join(lines))
+    machine.write_file(RUNTIME_DROP_IN, "\n".join(lines))
     _restart(machine, config)
 
 
+@CATALOGUE.control(
+    "systemctl set-environment",
+    Finding(Check.MANAGER_ENVIRONMENT, Reason.MANAGER_VARIABLE), effects.manager_environment,
+    footprint=Footprint(manager_variables=frozenset(FEATURE_VARIABLES)),
+)  # fmt: skip
 def manager_environment(machine: Machine, switch: ReferenceSwitch) -> None:
     """The unit lacks the feature variables; ``systemctl set-environment`` supplies them."""
-    names = [env_name(feature) for feature in ENV_FEATURES]
-    config = switch.target.without_env(*names)
+    config = switch.target.without_env(*FEATURE_VARIABLES)
     stage_units(machine, config)
-    assignments = [f"{k}={v}" for k, v in switch.target.environment.items() if k in names]
+    assignments = [
+        f"{k}={v}" for k, v in switch.target.environment.items() if k in FEATURE_VARIABLES
+    ]
     machine.succeed("systemctl set-environment %s", assignments)
     _restart(machine, config)
 
 
+@CATALOGUE.control(
+    "unit changed, not restarted",
+    Finding(Check.NOT_RESTARTED, Reason.ARGV_DIFFERS), effects.not_restarted,
+)  # fmt: skip
 def not_restarted(machine: Machine, switch: ReferenceSwitch) -> None:
     """The unit file is switched and reloaded, but the running service is not restarted."""
     install_units(machine, _feature_free(switch))
     install_units(machine, switch.target, restart=False)
 
 
+@CATALOGUE.control(
+    "unit changed, not reloaded",
+    Finding(Check.NOT_RELOADED, Reason.NEED_DAEMON_RELOAD), effects.not_reloaded,
+)  # fmt: skip
 def not_reloaded(machine: Machine, switch: ReferenceSwitch) -> None:
     """The unit file is switched on disk, without daemon-reload and without a restart."""
     install_units(machine, _feature_free(switch))
     install_units(machine, switch.target, reload=False)
 
 
+@CATALOGUE.control(
+    "banner without its switch",
+    Finding(Check.CONSISTENCY, Reason.CLAIM_WITHOUT_SWITCH), effects.lying_banner,
+    # The profile requires the switch the mechanism leaves out.
+    also=frozenset({Finding(Check.PROFILE_ENV, Reason.ENV_MISSING)}),
+    footprint=Footprint(files=_names(BANNER_DROP_IN)),
+)  # fmt: skip
 def lying_banner(machine: Machine, switch: ReferenceSwitch) -> None:
     """A durable drop-in prints the SDPA streaming banner; the environment lacks the switch."""
     config = switch.target.without_env(env_name("sdpaStreaming"))
     stage_units(machine, config)
     echo = f"ExecStartPre=/bin/echo {systemd_quote(banner_text('sdpaStreaming'))}"
-    _durable_drop_in(machine, "50-banner.conf", [echo])
+    _durable_drop_in(machine, BANNER_DROP_IN, [echo])
     _restart(machine, config)
 
 
+@CATALOGUE.control(
+    "engine runs without prefix caching",
+    Finding(Check.SERVER_CACHE_CONFIG, Reason.SERVER_DIFFERS),
+    effects.engine_without_prefix_caching,
+    footprint=Footprint(
+        files=_names(MODEL_BUILD_DROP_IN), stub_knobs=_names(knobs.MODEL_CAPABILITIES)
+    ),
+)  # fmt: skip
 def engine_without_prefix_caching(machine: Machine, switch: ReferenceSwitch) -> None:
     """argv and banners claim prefix caching; the engine runs without it.
 
@@ -233,10 +199,15 @@ def engine_without_prefix_caching(machine: Machine, switch: ReferenceSwitch) -> 
         banner_text("prefixCaching", mode="align"),
     ]
     lines = [f"ExecStartPre=/bin/echo {systemd_quote(text)}" for text in banners]
-    _durable_drop_in(machine, "50-model-build.conf", lines)
+    _durable_drop_in(machine, MODEL_BUILD_DROP_IN, lines)
     _restart(machine, config)
 
 
+@CATALOGUE.control(
+    "env file under /run",
+    Finding(Check.PROVENANCE, Reason.RUNTIME_ENV_FILE), effects.env_file_under_run,
+    footprint=Footprint(files=_names(RUN_ENV_FILE)),
+)  # fmt: skip
 def env_file_under_run(machine: Machine, switch: ReferenceSwitch) -> None:
     """The feature variables reach the container only from a ``--env-file`` under /run.
 
@@ -244,13 +215,20 @@ def env_file_under_run(machine: Machine, switch: ReferenceSwitch) -> None:
     (nixpkgs ``nixos/modules/virtualisation/oci-containers.nix``): the unit and the module
     are durable, the file they point at is not.
     """
-    names = [env_name(feature) for feature in ENV_FEATURES]
-    values = [f"{k}={v}" for k, v in switch.target.environment.items() if k in names]
+    values = [f"{k}={v}" for k, v in switch.target.environment.items() if k in FEATURE_VARIABLES]
     machine.write_file(RUN_ENV_FILE, "\n".join([*values, ""]))
-    config = replace(switch.target.without_env(*names), environment_files=(RUN_ENV_FILE,))
+    config = replace(
+        switch.target.without_env(*FEATURE_VARIABLES),
+        environment_files=(RUN_ENV_FILE,),
+    )
     install_units(machine, config, wait=False)
 
 
+@CATALOGUE.control(
+    "wrapper script sources /run",
+    Finding(Check.PROVENANCE, Reason.RUNTIME_SOURCED_FILE), effects.wrapper_sources_run,
+    footprint=Footprint(files=_names(RUN_FLAGS_FILE, WRAPPER, WRAPPER_DROP_IN)),
+)  # fmt: skip
 def wrapper_sources_run(machine: Machine, switch: ReferenceSwitch) -> None:
     """A durable ExecStart wrapper runs the container with flags sourced from a file under /run.
 
@@ -265,10 +243,15 @@ def wrapper_sources_run(machine: Machine, switch: ReferenceSwitch) -> None:
     machine.write_file(RUN_FLAGS_FILE, f"set -- {shlex.join(target.args)}\n")
     machine.write_file(WRAPPER, script)
     machine.succeed("chmod 755 %s", WRAPPER)
-    _durable_drop_in(machine, "50-wrapper.conf", ["ExecStart=", f"ExecStart={WRAPPER}"])
+    _durable_drop_in(machine, WRAPPER_DROP_IN, ["ExecStart=", f"ExecStart={WRAPPER}"])
     _restart(machine, config)
 
 
+@CATALOGUE.control(
+    "unrelated manager variable (false alarm)",
+    None, effects.unrelated_manager_variable,
+    footprint=Footprint(manager_variables=_names(UNRELATED_VARIABLE)),
+)  # fmt: skip
 def unrelated_manager_variable(machine: Machine, switch: ReferenceSwitch) -> None:
     """The correct configuration plus ``systemctl set-environment EDITOR=vi`` (unrelated)."""
     config = switch.target
@@ -277,14 +260,23 @@ def unrelated_manager_variable(machine: Machine, switch: ReferenceSwitch) -> Non
     _restart(machine, config)
 
 
+@CATALOGUE.control(
+    "unrelated runtime drop-in (false alarm)",
+    None, effects.unrelated_runtime_drop_in,
+    footprint=Footprint(files=_names(UNRELATED_DROP_IN)),
+)  # fmt: skip
 def unrelated_runtime_drop_in(machine: Machine, switch: ReferenceSwitch) -> None:
     """The correct configuration plus a /run drop-in that only sets CPUWeight= (unrelated)."""
     config = switch.target
     stage_units(machine, config)
-    machine.write_file(f"{RUNTIME_DROP_IN_DIR}/50-weight.conf", "[Service]\nCPUWeight=50\n")
+    machine.write_file(UNRELATED_DROP_IN, "[Service]\nCPUWeight=50\n")
     _restart(machine, config)
 
 
+@CATALOGUE.control(
+    "hugepages written at runtime",
+    Finding(Check.HUGEPAGE_SOURCE, Reason.HUGEPAGES_RUNTIME_ONLY), effects.runtime_hugepages,
+)  # fmt: skip
 def runtime_hugepages(machine: Machine, switch: ReferenceSwitch) -> None:
     """No boot-time hugepage unit; the pages are written to sysfs at runtime."""
     install_units(machine, replace(switch.target, hugepages=None))
@@ -292,6 +284,14 @@ def runtime_hugepages(machine: Machine, switch: ReferenceSwitch) -> None:
     machine.succeed(f"echo {hugepages.count} > {hugepages_path(hugepages.size_kib)}")
 
 
+@CATALOGUE.control(
+    "hugepage unit masked",
+    Finding(Check.HUGEPAGE_SOURCE, Reason.HUGEPAGE_UNIT_MASKED), effects.masked_hugepage_unit,
+    footprint=Footprint(
+        files=_names(f"{VENDOR_UNIT_DIR}/{HUGEPAGES_UNIT}"), masked_units=_names(HUGEPAGES_UNIT)
+    ),
+    starts_from="running",
+)  # fmt: skip
 def masked_hugepage_unit(machine: Machine, switch: ReferenceSwitch) -> None:
     """The boot-time hugepage unit, installed as a package would, is masked in /etc.
 
@@ -305,12 +305,24 @@ def masked_hugepage_unit(machine: Machine, switch: ReferenceSwitch) -> None:
     )
 
 
+@CATALOGUE.control(
+    "serving unit not enabled",
+    Finding(Check.NOT_ENABLED, Reason.NOT_ENABLED), effects.not_enabled,
+    starts_from="running",
+)  # fmt: skip
 def not_enabled(machine: Machine, switch: ReferenceSwitch) -> None:
     """The serving unit runs now but is disabled: nothing starts it at the next boot."""
     del switch
     machine.succeed(f"systemctl disable {SERVING_UNIT} 2>&1")
 
 
+@CATALOGUE.control(
+    "server started by hand",
+    Finding(Check.OUTSIDE_UNIT, Reason.OUTSIDE_UNIT), effects.hand_started,
+    footprint=Footprint(files=_names(HAND_LOG), pid_files=_names(HAND_PID_FILE)),
+    settle=False,
+    starts_from="installed",
+)  # fmt: skip
 def hand_started(machine: Machine, switch: ReferenceSwitch) -> None:
     """The unit is stopped and the validated server is started by hand, outside systemd."""
     target = switch.target
@@ -318,14 +330,22 @@ def hand_started(machine: Machine, switch: ReferenceSwitch) -> None:
     environment = {"PYTHONPATH": GUEST_PYTHONPATH, **target.environment}
     machine.succeed(
         "env %s setsid nohup python3 -m vmtests.stub.server %s "
-        "> /var/log/vmtests-hand-serving.log 2>&1 < /dev/null & echo $! > %s",
+        "> %s 2>&1 < /dev/null & echo $! > %s",
         [f"{k}={v}" for k, v in environment.items()],
         target.args,
+        HAND_LOG,
         HAND_PID_FILE,
     )
     wait_healthy(machine, target.port, timeout=120)
 
 
+@CATALOGUE.control(
+    "transient unit",
+    Finding(Check.RUNTIME_UNIT_FILE, Reason.RUNTIME_UNIT_FILE), effects.transient_unit,
+    footprint=Footprint(transient_units=_names(SERVING_UNIT)),
+    # Nothing enables a transient unit.
+    also=frozenset({Finding(Check.NOT_ENABLED, Reason.NOT_ENABLED)}),
+)  # fmt: skip
 def transient_unit(machine: Machine, switch: ReferenceSwitch) -> None:
     """No durable unit: the server runs as a transient ``systemd-run`` unit under /run."""
     target = switch.target
@@ -343,212 +363,28 @@ def transient_unit(machine: Machine, switch: ReferenceSwitch) -> None:
     )
 
 
-CONTROLS: tuple[Control, ...] = (
-    Control(
-        "runtime drop-in",
-        f"validated flags and env only in {RUNTIME_DROP_IN_DIR}/50-validated.conf",
-        Finding(Check.RUNTIME_DROP_IN, Reason.RUNTIME_DROP_IN),
-        runtime_drop_in,
-    ),
-    Control(
-        "stale banner after reboot",
-        "as above, then reboot: the banners exist only in the previous boot's journal",
-        Finding(Check.PROFILE_BANNER, Reason.BANNER_STALE),
-        runtime_drop_in,
-        reboot=True,
-    ),
-    Control(
-        "systemctl set-environment",
-        "feature variables only in the manager environment (systemctl set-environment)",
-        Finding(Check.MANAGER_ENVIRONMENT, Reason.MANAGER_VARIABLE),
-        manager_environment,
-    ),
-    Control(
-        "unit changed, not restarted",
-        "target unit written and daemon-reloaded, service not restarted",
-        Finding(Check.NOT_RESTARTED, Reason.ARGV_DIFFERS),
-        not_restarted,
-    ),
-    Control(
-        "unit changed, not reloaded",
-        "target unit written to /etc, no daemon-reload, no restart",
-        Finding(Check.NOT_RELOADED, Reason.NEED_DAEMON_RELOAD),
-        not_reloaded,
-    ),
-    Control(
-        "banner without its switch",
-        "a durable drop-in echoes the SDPA streaming banner; the env var is not set",
-        Finding(Check.CONSISTENCY, Reason.CLAIM_WITHOUT_SWITCH),
-        lying_banner,
-    ),
-    Control(
-        "engine runs without prefix caching",
-        "argv, module banner and echoed banners claim prefix caching; a model build without "
-        "supports_prefix_caching makes the TT plugin switch it off in the engine",
-        Finding(Check.SERVER_CACHE_CONFIG, Reason.SERVER_DIFFERS),
-        engine_without_prefix_caching,
-    ),
-    Control(
-        "env file under /run",
-        f"feature variables only in docker run --env-file {RUN_ENV_FILE} (environmentFiles)",
-        Finding(Check.PROVENANCE, Reason.RUNTIME_ENV_FILE),
-        env_file_under_run,
-    ),
-    Control(
-        "wrapper script sources /run",
-        f"durable ExecStart wrapper {WRAPPER} sources its flags from {RUN_FLAGS_FILE}",
-        Finding(Check.PROVENANCE, Reason.RUNTIME_SOURCED_FILE),
-        wrapper_sources_run,
-    ),
-    Control(
-        "unrelated manager variable (false alarm)",
-        f"correct configuration plus systemctl set-environment {UNRELATED_VARIABLE}=vi",
-        None,
-        unrelated_manager_variable,
-    ),
-    Control(
-        "unrelated runtime drop-in (false alarm)",
-        f"correct configuration plus {RUNTIME_DROP_IN_DIR}/50-weight.conf with CPUWeight=50",
-        None,
-        unrelated_runtime_drop_in,
-    ),
-    Control(
-        "hugepages written at runtime",
-        "no boot-time hugepage unit; nr_hugepages written by hand",
-        Finding(Check.HUGEPAGE_SOURCE, Reason.HUGEPAGES_RUNTIME_ONLY),
-        runtime_hugepages,
-    ),
-    Control(
-        "hugepage unit masked",
-        f"systemctl mask {HUGEPAGES_UNIT}",
-        Finding(Check.HUGEPAGE_SOURCE, Reason.HUGEPAGE_UNIT_MASKED),
-        masked_hugepage_unit,
-        starts_from="running",
-    ),
-    Control(
-        "serving unit not enabled",
-        f"systemctl disable {SERVING_UNIT} (still running)",
-        Finding(Check.NOT_ENABLED, Reason.NOT_ENABLED),
-        not_enabled,
-        starts_from="running",
-    ),
-    Control(
-        "server started by hand",
-        "unit stopped; the validated server started by hand with setsid nohup",
-        Finding(Check.OUTSIDE_UNIT, Reason.OUTSIDE_UNIT),
-        hand_started,
-        starts_from="installed",
-        settle=False,
-    ),
-    Control(
-        "transient unit",
-        "no durable unit; the server runs under systemd-run --unit (unit file under /run)",
-        Finding(Check.RUNTIME_UNIT_FILE, Reason.RUNTIME_UNIT_FILE),
-        transient_unit,
-    ),
-)
-
-
-# ---- running ---------------------------------------------------------------------------------
-
-
-def reset_to_target(
-    machine: Machine,
-    switch: ReferenceSwitch,
-    *,
-    to: Literal["clean", "installed", "running"] = "running",
-) -> None:
-    """Undo every control's mechanism; then install the correct target configuration
-    (``installed``, the unit stopped) and start it (``running``), or neither (``clean``).
-
-    A container left behind is stopped gracefully and removed once stopped, never ``rm -f``.
-    The files it removes are left to the next ``daemon-reload``, the install's (each reload
-    costs seconds under TCG); after ``clean`` the control's own mechanism reloads first (it
-    installs units, or reloads itself as ``transient_unit`` does).
-    """
-    names = " ".join(env_name(feature) for feature in ENV_FEATURES)
-    timeout = switch.target.stop_timeout
-    machine.succeed(
-        # A stopped transient unit that failed stays loaded (and blocks `systemctl enable`)
-        # until its failure is reset.
-        f"systemctl stop {SERVING_UNIT} 2>&1; systemctl reset-failed {SERVING_UNIT} 2>/dev/null; "
-        f"if {BACKEND} container inspect {SERVING_CONTAINER} >/dev/null 2>&1; then "
-        f"{BACKEND} stop -t {timeout} {SERVING_CONTAINER}; {BACKEND} rm {SERVING_CONTAINER}; fi; "
-        f"if [ -s {HAND_PID_FILE} ]; then kill $(cat {HAND_PID_FILE}) 2>/dev/null; "
-        f"rm -f {HAND_PID_FILE}; fi; "
-        f"rm -rf {RUNTIME_DROP_IN_DIR} {DURABLE_DROP_IN_DIR} /run/systemd/system/{SERVING_UNIT} "
-        f"/run/systemd/transient/{SERVING_UNIT}; "
-        f"systemctl unmask --no-reload {HUGEPAGES_UNIT} 2>&1; "
-        f"rm -f {VENDOR_UNIT_DIR}/{HUGEPAGES_UNIT}; "
-        f"systemctl unset-environment {names} {UNRELATED_VARIABLE}; "
-        # Only the controls' own files: the unit's image load stamp lives in the same directory
-        # (modules/tenstorrent-serving.nix, loadImage) and survives until reboot, as in use.
-        f"rm -f {RUN_ENV_FILE} {RUN_FLAGS_FILE} {WRAPPER}; true",
-        timeout=UNIT_RESTART_TIMEOUT,
-    )
-    set_stub_knobs(machine)
-    health = f"http://127.0.0.1:{switch.target.port}/health"
-    machine.wait_until_succeeds("! curl -s -m 2 -o /dev/null %s", health, timeout=60)
-    if to != "clean":
-        install_units(machine, switch.target, restart=to == "running")
-
-
-def evaluate_machine(
-    machine: Machine, switch: ReferenceSwitch, label: str
-) -> tuple[Snapshot, list[CheckResult]]:
-    """Snapshot the machine and run every single-snapshot check against the switch's profile.
-
-    No control concerns the card (the scenario checks it), so the snapshot leaves out tt-smi.
-    """
-    snapshot = take_snapshot(
-        machine, label, port=switch.target.port, container=SERVING_CONTAINER, card=False
-    )
-    return snapshot, evaluate_stage(switch.profile, snapshot)
-
-
-def run_control(machine: Machine, switch: ReferenceSwitch, control: Control) -> ControlOutcome:
-    """Reset to the target, apply ``control``, (reboot,) check; report whether it was caught."""
-    start = time.monotonic()
-    with log.nested(f"negative control: {control.name}"):
-        reset_to_target(machine, switch, to=control.starts_from)
-        control.apply(machine, switch)
-        label = "S1"
-        if control.reboot:
-            # Reboot a server that has started, as an operator would: a container still
-            # starting up has no SIGTERM handler yet (PID 1 ignores the signal), so the
-            # shutdown would wait out the stop timeout and then kill it.
-            _settle(machine, switch)
-            machine.reboot()
-            label = "S2"
-        # Let the server finish starting so that only the control's own fault shows.
-        if control.settle:
-            _settle(machine, switch)
-        snapshot, results = evaluate_machine(machine, switch, label)
-        outcome = judge(control.name, control.mechanism, control.finds, results, snapshot)
-        outcome.seconds = time.monotonic() - start
-        log.info(f"{'detected' if outcome.detected else 'NOT DETECTED'}: {outcome.message}")
-    return outcome
-
-
-def _settle(machine: Machine, switch: ReferenceSwitch) -> None:
-    """Wait for the unit and /health; a control may keep them from coming up (a warning)."""
-    try:
-        wait_ready(machine, switch.target.port, SETTLE_TIMEOUT)
-    except DriverError as error:
-        log.warning(f"service not ready after applying the control: {error}")
-
+CONTROLS: tuple[Control, ...] = CATALOGUE.controls
+"""Every negative control, in the order they run."""
 
 CORRECT_CONFIGURATION = Control(
-    "correct configuration",
-    "the target configuration as the reference switch installs it, nothing changed",
-    None,
-    lambda machine, switch: None,
+    name="correct configuration",
+    mechanism="the target configuration as the reference switch installs it, nothing changed",
+    finds=None,
+    apply=lambda machine, switch: None,
+    effect=effects.no_change,
     starts_from="running",
 )
 """Not a control but the baseline of them all: the correct configuration raises no alarm."""
 
+RM_F = Declaration(
+    name="leftover container, rm -f pre-start",
+    mechanism="a container left running under the unit's name; the unit's pre-start is "
+    "oci-containers.nix's own `docker rm -f`",
+    finds=Finding(Check.GRACEFUL_STOP, Reason.KILLED),
+    footprint=Footprint(containers=_names(SERVING_CONTAINER)),
+)
+"""The container path's control (``vmtests.scenario.container_stop``): its evidence is
+Docker's event log, not a snapshot."""
 
-def check_correct_configuration(machine: Machine, switch: ReferenceSwitch) -> ControlOutcome:
-    """Install the correct target and check it: every failure is a false alarm."""
-    with log.nested(f"correct configuration of {switch.profile.name}: expecting no alarm"):
-        return run_control(machine, switch, CORRECT_CONFIGURATION)
+EVERY_FOOTPRINT = reduce(Footprint.__or__, (c.footprint for c in (*CONTROLS, RM_F)), Footprint())
+"""Everything any control leaves behind: what the reset takes away."""

@@ -11,12 +11,9 @@ from dataclasses import dataclass, field
 
 from vmtests.driver.machine import Machine
 from vmtests.scenario.container_stop import ContainerControls, run_container_controls
-from vmtests.scenario.controls import (
-    CONTROLS,
-    ControlOutcome,
-    check_correct_configuration,
-    run_control,
-)
+from vmtests.scenario.control import ControlOutcome
+from vmtests.scenario.control_reset import check_correct_configuration, run_control
+from vmtests.scenario.controls import CONTROLS
 from vmtests.scenario.reference_switch import ReferenceSwitch
 from vmtests.scenario.results import CheckResult
 

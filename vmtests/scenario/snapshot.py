@@ -8,6 +8,7 @@ the current start of the unit, which hugepage pool is which) so that checks stay
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
@@ -211,7 +212,9 @@ class Snapshot:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Snapshot:
-        """Rebuild a snapshot from ``to_dict`` output (e.g. a report's JSON)."""
+        """Rebuild a snapshot from ``to_dict`` output (e.g. a report's JSON); ``data`` is
+        copied, never shared."""
+        data = copy.deepcopy(data)
 
         def unit(raw: dict[str, Any]) -> UnitState:
             return UnitState(**raw)

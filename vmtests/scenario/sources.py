@@ -230,8 +230,9 @@ def _main_process_not_restarted(snapshot: Snapshot, process: ProcessState) -> li
     results: list[CheckResult] = []
     declared = declared_command(snapshot)
     live = " ".join(process.argv)
-    # A wrapper script (a file the unit reads) execs the server with other words.
-    wrapped = declared.split(" ", 1)[0] in unit.sources
+    # A wrapper script (a file the unit reads) execs the server with other words, or with
+    # words it fills in when it runs ("$@").
+    wrapped = declared.split(" ", 1)[0] in unit.sources or _filled_at_run_time(declared.split())
     if declared and declared != live and REDACTED not in live and not wrapped:
         results.append(
             _stale(
@@ -262,6 +263,12 @@ def _stale(snapshot: Snapshot, subject: str, reason: Reason, what: str) -> Check
     """A ``source.not-restarted`` failure: ``what`` differs because the unit changed."""
     message = f"{what}: the unit changed but the service was not restarted"
     return failed(snapshot.label, Check.NOT_RESTARTED, subject, reason, message)
+
+
+def _filled_at_run_time(words: list[str]) -> bool:
+    """True when a command's words include shell parameters (``"$@"``, ``$1``, ``${FLAGS}``): a
+    wrapper fills them in when it runs, so they cannot be compared with the live argv."""
+    return any("$" in word for word in words)
 
 
 def _same(declared: str, live: str | None) -> bool:
@@ -321,7 +328,8 @@ def _container_not_restarted(snapshot: Snapshot, process: ProcessState) -> list[
     run, source = declared
     results: list[CheckResult] = []
     live = process.argv[len(process.argv) - len(run.args) :] if run.args else []
-    if len(live) != len(run.args) or not all(map(_same, run.args, live)):
+    comparable = not _filled_at_run_time(run.args)
+    if comparable and (len(live) != len(run.args) or not all(map(_same, run.args, live))):
         results.append(
             _stale(
                 snapshot,

@@ -1,0 +1,28 @@
+"""What the negative controls touch on the guest: the files, directories and variables their
+mechanisms write (``vmtests.scenario.controls``), their effects model
+(``vmtests.scenario.control_effects``) and the reset takes away."""
+
+from __future__ import annotations
+
+from vmtests.contracts.features import ENV_FEATURES, env_name
+from vmtests.contracts.serving import SERVING_UNIT
+from vmtests.scenario.reference_switch import UNIT_DIR
+
+RUNTIME_DROP_IN_DIR = f"/run/systemd/system/{SERVING_UNIT}.d"
+DURABLE_DROP_IN_DIR = f"{UNIT_DIR}/{SERVING_UNIT}.d"
+RUNTIME_DROP_IN = f"{RUNTIME_DROP_IN_DIR}/50-validated.conf"
+UNRELATED_DROP_IN = f"{RUNTIME_DROP_IN_DIR}/50-weight.conf"
+BANNER_DROP_IN = f"{DURABLE_DROP_IN_DIR}/50-banner.conf"
+MODEL_BUILD_DROP_IN = f"{DURABLE_DROP_IN_DIR}/50-model-build.conf"
+WRAPPER_DROP_IN = f"{DURABLE_DROP_IN_DIR}/50-wrapper.conf"
+HAND_PID_FILE = "/run/vmtests-hand-serving.pid"
+HAND_LOG = "/var/log/vmtests-hand-serving.log"
+RUNTIME_CONFIG_DIR = "/run/tenstorrent-serving"
+RUN_ENV_FILE = f"{RUNTIME_CONFIG_DIR}/features.env"
+RUN_FLAGS_FILE = f"{RUNTIME_CONFIG_DIR}/flags.sh"
+WRAPPER = "/usr/local/bin/tenstorrent-serving-wrapper"
+UNRELATED_VARIABLE = "EDITOR"
+VENDOR_UNIT_DIR = "/usr/lib/systemd/system"
+TRANSIENT_DIR = "/run/systemd/transient"
+FEATURE_VARIABLES = tuple(env_name(feature) for feature in ENV_FEATURES)
+"""The feature switches' variables (``features.json``), which several mechanisms move."""

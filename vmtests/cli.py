@@ -35,12 +35,12 @@ from vmtests.guest.image import install_ssh_key, write_guest_description
 from vmtests.guest.targets import TargetError, machine_from_target
 from vmtests.profiles import Profile, ProfileError, available_profiles, load_profile
 from vmtests.report import write_controls_report, write_scenario_report
-from vmtests.scenario.controls_run import ControlsRun, run_all_controls
-from vmtests.scenario.redact import redact_text
-from vmtests.scenario.reference_switch import ReferenceSwitch
-from vmtests.scenario.results import CheckResult
-from vmtests.scenario.scenario import Scenario, ScenarioResult
-from vmtests.scenario.switching import CommandSwitch, Switcher
+from vmtests.scenario.collection.redact import redact_text
+from vmtests.scenario.controls.run import ControlsRun, run_all_controls
+from vmtests.scenario.install.reference_switch import ReferenceSwitch
+from vmtests.scenario.install.switching import CommandSwitch, Switcher
+from vmtests.scenario.judgement.results import CheckResult
+from vmtests.scenario.runner.scenario import Scenario, ScenarioResult
 
 SELFTEST_PROFILES = ("cfx-llm2", "resident")
 BASE_PROFILE = "baseline"

@@ -17,12 +17,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from vmtests.scenario.checks import profile_rows
-from vmtests.scenario.control import ControlOutcome
-from vmtests.scenario.redact import redact_text
-from vmtests.scenario.results import CheckResult
-from vmtests.scenario.scenario import ScenarioResult
-from vmtests.scenario.server_config import describe
+from vmtests.scenario.collection.redact import redact_text
+from vmtests.scenario.controls.control import ControlOutcome
+from vmtests.scenario.judgement.checks import profile_rows
+from vmtests.scenario.judgement.results import CheckResult
+from vmtests.scenario.judgement.server_config import describe
+from vmtests.scenario.runner.scenario import ScenarioResult
 
 STAGES = ("S0", "S1", "S2")
 TIMING_GROUPS = {

@@ -22,7 +22,7 @@ from vmtests.guest.image import ReferenceImage, start_reference_guest
 from vmtests.guest.stub_image import DISK_SERIAL, stub_image
 from vmtests.guest.stub_layer import set_stub_knobs
 from vmtests.profiles import load_profile
-from vmtests.scenario.switching import wait_ready
+from vmtests.scenario.install.switching import wait_ready
 
 KILL_DROP_IN = f"/etc/systemd/system/{SERVING_UNIT}.d/91-vmtests-kill.conf"
 CI_TIME_SCALE = "0.05"

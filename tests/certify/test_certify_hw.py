@@ -10,7 +10,7 @@ import pytest
 from vmtests.certify.run import certify
 from vmtests.driver.machine import Machine
 from vmtests.profiles import Profile
-from vmtests.scenario.switching import NoSwitch
+from vmtests.scenario.install.switching import NoSwitch
 
 pytestmark = pytest.mark.hw
 

@@ -41,7 +41,7 @@ from vmtests.contracts.serving import SERVING_CONTAINER
 from vmtests.driver.qemu import QemuMachine
 from vmtests.guest.access import ssh_to_guest
 from vmtests.profiles import load_profile
-from vmtests.scenario.switching import NoSwitch
+from vmtests.scenario.install.switching import NoSwitch
 from vmtests.stub import knobs
 
 pytestmark = [pytest.mark.vm, pytest.mark.guest_seconds(878)]

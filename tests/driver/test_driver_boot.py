@@ -15,7 +15,7 @@ from vmtests.driver.qemu import QemuMachine
 from vmtests.guest.image import ReferenceImage, start_reference_guest
 from vmtests.profiles import load_profile
 from vmtests.report import write_scenario_report
-from vmtests.scenario.scenario import ScenarioResult
+from vmtests.scenario.runner.scenario import ScenarioResult
 
 pytestmark = pytest.mark.vm
 

@@ -23,7 +23,7 @@ from vmtests.guest import firewall, toolpath
 from vmtests.guest.image import write_guest_description
 from vmtests.guest.resources import check_hugepages_fit, required_memory_mb
 from vmtests.profiles import available_profiles, load_profile
-from vmtests.scenario.collect import _SCRIPT as SNAPSHOT_SCRIPT
+from vmtests.scenario.collection.collect import _SCRIPT as SNAPSHOT_SCRIPT
 
 # Shell builtins and keywords of bash (and dash): never looked up on PATH.
 BUILTINS = frozenset(

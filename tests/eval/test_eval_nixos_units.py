@@ -1,7 +1,9 @@
-"""The reference guest's units are the full NixOS evaluation's (vmtests.scenario.nixos_units).
+"""The reference guest's units are the full NixOS evaluation's
+(vmtests.scenario.install.nixos_units).
 
 For every VM configuration: the units and job scripts NixOS renders map completely onto the
-reference guest (no store path left), and ``vmtests.scenario.serving_unit``, which the negative
+reference guest (no store path left), and ``vmtests.scenario.install.serving_unit``, which the
+negative
 controls vary, renders exactly the same files from the Nix core's output. Each check is shown
 catching its fault.
 """
@@ -19,14 +21,14 @@ from vmtests import nixos_eval
 from vmtests.guest import toolpath
 from vmtests.guest.stub_image import IMAGE
 from vmtests.nixcore import evaluate_core
-from vmtests.scenario import nixos_units
-from vmtests.scenario.reference_switch import (
+from vmtests.scenario.install import nixos_units
+from vmtests.scenario.install.reference_switch import (
     ServingConfig,
     imitate_units,
     render_units,
     rendered_by_nixos,
 )
-from vmtests.scenario.serving_unit import STORE_DIR
+from vmtests.scenario.install.serving_unit import STORE_DIR
 
 pytestmark = pytest.mark.nix
 

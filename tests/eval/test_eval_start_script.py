@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from rendered_unit import rendered_unit
 
-from vmtests.scenario.container_run import parse_container_run
+from vmtests.scenario.judgement.container_run import parse_container_run
 
 pytestmark = pytest.mark.nix
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import json
 
-from vmtests.scenario.snapshot import (
+from vmtests.scenario.collection.snapshot import (
     Endpoint,
     HugepageState,
     JournalLine,

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from scenario_support import good_snapshot
 
-from vmtests.scenario.card import check_card
-from vmtests.scenario.collect import MARK, parse_snapshot
-from vmtests.scenario.results import failures
-from vmtests.scenario.snapshot import Endpoint
+from vmtests.scenario.collection.collect import MARK, parse_snapshot
+from vmtests.scenario.collection.snapshot import Endpoint
+from vmtests.scenario.judgement.card import check_card
+from vmtests.scenario.judgement.results import failures
 
 SAMPLE = Path(__file__).parents[1] / "stub" / "data" / "tt-smi-6.2.1-snapshot.json"
 

@@ -9,7 +9,8 @@ from scenario_support import EARLIER_BOOT, GIB_KIB, UNIT_FILE, good_snapshot
 
 from vmtests.contracts.findings import Check, Finding, Reason
 from vmtests.profiles import load_profile
-from vmtests.scenario.checks import (
+from vmtests.scenario.collection.snapshot import JournalLine, Snapshot
+from vmtests.scenario.judgement.checks import (
     check_consistency,
     check_evidence,
     check_profile,
@@ -17,8 +18,7 @@ from vmtests.scenario.checks import (
     evaluate_stage,
     profile_rows,
 )
-from vmtests.scenario.results import failures
-from vmtests.scenario.snapshot import JournalLine, Snapshot
+from vmtests.scenario.judgement.results import failures
 
 CFX = load_profile("cfx-llm2")
 RESIDENT = load_profile("resident")

@@ -12,7 +12,7 @@ import pytest
 from vmtests.cli import _switcher, build_parser, main
 from vmtests.contracts.status import ExitStatus
 from vmtests.profiles import load_profile
-from vmtests.scenario.switching import CommandSwitch
+from vmtests.scenario.install.switching import CommandSwitch
 
 
 def test_missing_profile_is_a_clear_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,15 +10,20 @@ from typing import cast
 from scenario_support import good_snapshot
 
 from vmtests.driver.machine import CommandResult, Machine
-from vmtests.scenario.collect import (
+from vmtests.scenario.collection.collect import (
     FILE_MARK,
     MARK,
     parse_snapshot,
     snapshot_command,
     take_snapshot,
 )
-from vmtests.scenario.redact import REDACTED, redact_argv, redact_environment, redact_text
-from vmtests.scenario.snapshot import Snapshot
+from vmtests.scenario.collection.redact import (
+    REDACTED,
+    redact_argv,
+    redact_environment,
+    redact_text,
+)
+from vmtests.scenario.collection.snapshot import Snapshot
 
 
 def _b64(data: bytes) -> str:

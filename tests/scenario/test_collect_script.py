@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from vmtests.scenario.collect import parse_snapshot, snapshot_command
-from vmtests.scenario.snapshot import Snapshot
+from vmtests.scenario.collection.collect import parse_snapshot, snapshot_command
+from vmtests.scenario.collection.snapshot import Snapshot
 
 UNIT = "tenstorrent-serving.service"
 HUGEPAGES = "tenstorrent-hugepages.service"

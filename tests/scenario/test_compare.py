@@ -6,15 +6,15 @@ from scenario_support import BOOT, EARLIER_BOOT, good_snapshot
 
 from vmtests.contracts.findings import Check, Finding, Reason
 from vmtests.profiles import load_profile
-from vmtests.scenario.compare import (
+from vmtests.scenario.collection.snapshot import Snapshot
+from vmtests.scenario.judgement.compare import (
     check_durable,
     check_rebooted,
     check_restarted,
     check_switched_system,
     diff_snapshots,
 )
-from vmtests.scenario.results import failures
-from vmtests.scenario.snapshot import Snapshot
+from vmtests.scenario.judgement.results import failures
 
 CFX = load_profile("cfx-llm2")
 

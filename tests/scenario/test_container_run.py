@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from vmtests.scenario.collect import FILE_MARK, MARK, parse_snapshot
-from vmtests.scenario.container_run import parse_container_run
-from vmtests.scenario.redact import REDACTED, redact_text
-from vmtests.scenario.results import failures
-from vmtests.scenario.snapshot import Snapshot
-from vmtests.scenario.sources import check_restarted_after_change
+from vmtests.scenario.collection.collect import FILE_MARK, MARK, parse_snapshot
+from vmtests.scenario.collection.redact import REDACTED, redact_text
+from vmtests.scenario.collection.snapshot import Snapshot
+from vmtests.scenario.judgement.container_run import parse_container_run
+from vmtests.scenario.judgement.results import failures
+from vmtests.scenario.judgement.sources import check_restarted_after_change
 
 DATA = Path(__file__).with_name("data")
 INSPECT = DATA / "docker-inspect-tenstorrent-serving.json"

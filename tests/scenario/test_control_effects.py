@@ -17,12 +17,17 @@ import pytest
 
 from vmtests.contracts.findings import Check, Finding, Reason
 from vmtests.profiles import load_profile
-from vmtests.scenario.checks import evaluate_stage
-from vmtests.scenario.container_stop import check_stopped_gracefully, parse_events
-from vmtests.scenario.control import Control, Declaration, judge
-from vmtests.scenario.controls import CONTROLS, CORRECT_CONFIGURATION, EVERY_FOOTPRINT, RM_F
-from vmtests.scenario.results import CheckResult, findings
-from vmtests.scenario.snapshot import Snapshot
+from vmtests.scenario.collection.snapshot import Snapshot
+from vmtests.scenario.controls.catalogue import (
+    CONTROLS,
+    CORRECT_CONFIGURATION,
+    EVERY_FOOTPRINT,
+    RM_F,
+)
+from vmtests.scenario.controls.container_stop import check_stopped_gracefully, parse_events
+from vmtests.scenario.controls.control import Control, Declaration, judge
+from vmtests.scenario.judgement.checks import evaluate_stage
+from vmtests.scenario.judgement.results import CheckResult, findings
 
 CFX = load_profile("cfx-llm2")
 RECORDED = json.loads(

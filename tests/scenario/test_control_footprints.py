@@ -18,11 +18,11 @@ from vmtests.contracts.serving import SERVING_UNIT, Hugepages
 from vmtests.driver.machine import CommandResult, Machine, render_command
 from vmtests.guest import firewall
 from vmtests.profiles import load_profile
-from vmtests.scenario.control import Control, Footprint
-from vmtests.scenario.control_reset import reset_command
-from vmtests.scenario.controls import CONTROLS, EVERY_FOOTPRINT, RM_F
-from vmtests.scenario.reference_switch import UNIT_DIR, ReferenceSwitch, ServingConfig
-from vmtests.scenario.serving_unit import STORE_DIR
+from vmtests.scenario.controls.catalogue import CONTROLS, EVERY_FOOTPRINT, RM_F
+from vmtests.scenario.controls.control import Control, Footprint
+from vmtests.scenario.controls.reset import reset_command
+from vmtests.scenario.install.reference_switch import UNIT_DIR, ReferenceSwitch, ServingConfig
+from vmtests.scenario.install.serving_unit import STORE_DIR
 from vmtests.stub import knobs
 
 TARGET = ServingConfig(

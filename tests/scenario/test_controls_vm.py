@@ -22,12 +22,12 @@ from vmtests.cli import SELFTEST_PROFILES
 from vmtests.contracts.findings import Check
 from vmtests.driver.qemu import QemuMachine
 from vmtests.report import write_controls_report
-from vmtests.scenario.container_stop import SIGTERM
-from vmtests.scenario.control import Control
-from vmtests.scenario.controls import CONTROLS, RM_F
-from vmtests.scenario.controls_run import ControlsRun, run_all_controls
-from vmtests.scenario.reference_switch import ReferenceSwitch
-from vmtests.scenario.scenario import Scenario
+from vmtests.scenario.controls.catalogue import CONTROLS, RM_F
+from vmtests.scenario.controls.container_stop import SIGTERM
+from vmtests.scenario.controls.control import Control
+from vmtests.scenario.controls.run import ControlsRun, run_all_controls
+from vmtests.scenario.install.reference_switch import ReferenceSwitch
+from vmtests.scenario.runner.scenario import Scenario
 
 pytestmark = [pytest.mark.vm, pytest.mark.nix, pytest.mark.guest_seconds(620)]
 

@@ -1,4 +1,4 @@
-"""Provenance of every serving-relevant live value (vmtests.scenario.provenance)."""
+"""Provenance of every serving-relevant live value (vmtests.scenario.judgement.provenance)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from scenario_support import CFX_ARGS, UNIT_FILE, good_snapshot
 
 from vmtests.contracts.findings import Check, Finding, Reason
 from vmtests.profiles.loader import load_profile
-from vmtests.scenario.checks import evaluate_stage
-from vmtests.scenario.provenance import check_provenance, sourced_files
-from vmtests.scenario.results import failures
-from vmtests.scenario.snapshot import Snapshot
+from vmtests.scenario.collection.snapshot import Snapshot
+from vmtests.scenario.judgement.checks import evaluate_stage
+from vmtests.scenario.judgement.provenance import check_provenance, sourced_files
+from vmtests.scenario.judgement.results import failures
 
 CFX = load_profile("cfx-llm2")
 RUN_ENV = "/run/tenstorrent-serving/features.env"

@@ -19,10 +19,10 @@ from vmtests.report import (
     write_controls_report,
     write_scenario_report,
 )
-from vmtests.scenario.checks import evaluate_stage
-from vmtests.scenario.compare import diff_snapshots
-from vmtests.scenario.control import ControlOutcome
-from vmtests.scenario.scenario import ScenarioResult
+from vmtests.scenario.controls.control import ControlOutcome
+from vmtests.scenario.judgement.checks import evaluate_stage
+from vmtests.scenario.judgement.compare import diff_snapshots
+from vmtests.scenario.runner.scenario import ScenarioResult
 
 CFX = load_profile("cfx-llm2")
 

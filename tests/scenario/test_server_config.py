@@ -10,16 +10,16 @@ from scenario_support import CACHE_CONFIG_INFO, ENGINE_LINE, good_snapshot
 
 from vmtests.guest.local_stub import LocalStubServer
 from vmtests.profiles.loader import load_profile
-from vmtests.scenario.checks import check_consistency, evaluate_stage
-from vmtests.scenario.collect import MARK, parse_snapshot
-from vmtests.scenario.results import failures
-from vmtests.scenario.server_config import (
+from vmtests.scenario.collection.collect import MARK, parse_snapshot
+from vmtests.scenario.collection.snapshot import Endpoint, JournalLine
+from vmtests.scenario.judgement.checks import check_consistency, evaluate_stage
+from vmtests.scenario.judgement.results import failures
+from vmtests.scenario.judgement.server_config import (
     check_server_config,
     describe,
     parse_cache_config_info,
     parse_engine_line,
 )
-from vmtests.scenario.snapshot import Endpoint, JournalLine
 
 CFX = load_profile("cfx-llm2")
 

@@ -16,13 +16,13 @@ import pytest
 from vmtests.contracts.serving import Hugepages
 from vmtests.guest import toolpath
 from vmtests.guest.stub_image import IMAGE
-from vmtests.scenario.reference_switch import ServingConfig, render_units
-from vmtests.scenario.serving_unit import (
+from vmtests.scenario.install.reference_switch import ServingConfig, render_units
+from vmtests.scenario.install.serving_unit import (
     STORE_DIR,
     escape_shell_arg,
     mount_unit_name,
 )
-from vmtests.scenario.sources import script_command
+from vmtests.scenario.judgement.sources import script_command
 
 IMAGE_FILE = f"{STORE_DIR}/0123-vmtests-stub-vllm.tar.gz"
 HUGEPAGES = Hugepages(2, "1G")

@@ -9,9 +9,9 @@ import pytest
 from scenario_support import GIB_KIB, good_snapshot
 
 from vmtests.contracts.findings import Check, Finding, Reason
-from vmtests.scenario.results import failures
-from vmtests.scenario.snapshot import ContainerState, Snapshot
-from vmtests.scenario.sources import check_sources, is_runtime_path, origin_of
+from vmtests.scenario.collection.snapshot import ContainerState, Snapshot
+from vmtests.scenario.judgement.results import failures
+from vmtests.scenario.judgement.sources import check_sources, is_runtime_path, origin_of
 
 DROP_IN = "/run/systemd/system/tenstorrent-serving.service.d/50-validated.conf"
 Mutate = Callable[[Snapshot], None]

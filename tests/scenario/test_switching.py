@@ -9,7 +9,7 @@ import pytest
 
 from vmtests.driver.machine import Machine
 from vmtests.profiles import load_profile
-from vmtests.scenario.switching import SWITCH_TIMEOUT, CommandSwitch, NoSwitch, Switcher
+from vmtests.scenario.install.switching import SWITCH_TIMEOUT, CommandSwitch, NoSwitch, Switcher
 
 
 class _Recorder:

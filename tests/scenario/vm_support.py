@@ -14,8 +14,8 @@ from vmtests.guest.firewall import FIREWALL_UNIT
 from vmtests.guest.targets import machine_from_target
 from vmtests.profiles import load_profile
 from vmtests.report import write_scenario_report
-from vmtests.scenario.reference_switch import ReferenceSwitch
-from vmtests.scenario.scenario import Scenario
+from vmtests.scenario.install.reference_switch import ReferenceSwitch
+from vmtests.scenario.runner.scenario import Scenario
 
 
 @contextmanager

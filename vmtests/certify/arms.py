@@ -2,7 +2,7 @@
 
 A configuration is a YAML profile (``vmtests/profiles``) and what the Nix core computes for its
 serving profile (``hosts/profiles/*.nix``), including the expected config digest. The switch is
-the scenario's ``Switcher`` (``vmtests.scenario.switching``):
+the scenario's ``Switcher`` (``vmtests.scenario.install.switching``):
 
 - on the reference guest, its install step (``ReferenceSwitch`` with ``restart=False``: the
   NixOS evaluation's units, or units rendered from the core's output; daemon-reload, enable),
@@ -27,11 +27,11 @@ from vmtests.certify import hostops
 from vmtests.driver.machine import Machine
 from vmtests.nixcore import CoreOutput, evaluate_core
 from vmtests.profiles import Profile
-from vmtests.scenario.checks import check_profile, check_service
-from vmtests.scenario.collect import take_snapshot
-from vmtests.scenario.reference_switch import ReferenceSwitch
-from vmtests.scenario.snapshot import Snapshot
-from vmtests.scenario.switching import Switcher, wait_ready
+from vmtests.scenario.collection.collect import take_snapshot
+from vmtests.scenario.collection.snapshot import Snapshot
+from vmtests.scenario.install.reference_switch import ReferenceSwitch
+from vmtests.scenario.install.switching import Switcher, wait_ready
+from vmtests.scenario.judgement.checks import check_profile, check_service
 
 
 @dataclass(frozen=True)

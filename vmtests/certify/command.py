@@ -25,8 +25,8 @@ from vmtests.driver.errors import DriverError
 from vmtests.guest import REFERENCE_TARGET
 from vmtests.guest.targets import machine_from_target
 from vmtests.profiles import Profile, ProfileError, load_profile
-from vmtests.scenario.redact import redact_text
-from vmtests.scenario.switching import CommandSwitch, NoSwitch, Switcher
+from vmtests.scenario.collection.redact import redact_text
+from vmtests.scenario.install.switching import CommandSwitch, NoSwitch, Switcher
 
 REFERENCE_RESTART_SECONDS = 15.0
 

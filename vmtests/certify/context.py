@@ -27,7 +27,7 @@ from vmtests.certify.loadgen import (
 from vmtests.certify.model import CertificationResult
 from vmtests.certify.prompts import Prompt
 from vmtests.driver.machine import Machine
-from vmtests.scenario.switching import Switcher
+from vmtests.scenario.install.switching import Switcher
 
 MIN_MEM_GIB = 4.0
 MIN_REQUESTS = 256

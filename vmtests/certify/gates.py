@@ -14,8 +14,8 @@ from vmtests.certify.context import MIN_REQUESTS, Context, spec
 from vmtests.certify.loadgen import RequestRecord
 from vmtests.certify.model import ERROR, FAILED, PASSED, GateResult
 from vmtests.contracts.serving import GIB_KIB
-from vmtests.scenario.checks import evaluate_stage
-from vmtests.scenario.collect import take_snapshot
+from vmtests.scenario.collection.collect import take_snapshot
+from vmtests.scenario.judgement.checks import evaluate_stage
 
 DEFECT_RATE = 1 / 128
 

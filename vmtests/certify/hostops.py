@@ -20,9 +20,9 @@ from typing import Any
 from vmtests.contracts.serving import SERVING_UNIT
 from vmtests.driver.machine import Machine
 from vmtests.profiles.expectations import parse_module_banner
-from vmtests.scenario.banners import module_banner_lines
-from vmtests.scenario.snapshot import Snapshot
-from vmtests.scenario.switching import wait_ready
+from vmtests.scenario.collection.snapshot import Snapshot
+from vmtests.scenario.install.switching import wait_ready
+from vmtests.scenario.judgement.banners import module_banner_lines
 
 CLD_EXITED, CLD_KILLED, CLD_DUMPED = 1, 2, 3
 SIGKILL = 9

@@ -2,7 +2,8 @@
 gate table) and, when matplotlib is installed, ``certificate.html`` with plots (``html.py``).
 
 Files are written atomically with the persistence reports' ``write_atomic``; free text is
-redacted on the way out (``vmtests.scenario.redact``). The Markdown never needs matplotlib.
+redacted on the way out (``vmtests.scenario.collection.redact``). The Markdown never needs
+matplotlib.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from vmtests.certify.model import CertificationResult
 from vmtests.report import write_atomic
-from vmtests.scenario.redact import redact_text
+from vmtests.scenario.collection.redact import redact_text
 
 JSON_NAME, MARKDOWN_NAME, HTML_NAME = "certificate.json", "certificate.md", "certificate.html"
 

@@ -29,8 +29,8 @@ from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
 from vmtests.profiles import Profile
-from vmtests.scenario.redact import redact_text
-from vmtests.scenario.switching import Switcher
+from vmtests.scenario.collection.redact import redact_text
+from vmtests.scenario.install.switching import Switcher
 
 
 def _server_identity(generator: LoadGenerator) -> tuple[str, str]:

@@ -3,7 +3,7 @@
 ``with log.nested("booting machine"):`` prints the step, indents what happens inside it, and
 prints the elapsed time when it ends, whether it ended normally or with an exception. The lines
 go to stderr (or the stream given); nothing is kept: a caller that reports step times measures
-them itself (``vmtests.scenario.scenario.Scenario.step``).
+them itself (``vmtests.scenario.runner.scenario.Scenario.step``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,21 @@
 """The persistence scenario: snapshot a machine, switch it, reboot it and prove what survived.
 
-``snapshot`` records the live state over any ``Machine``; ``checks`` and ``sources`` judge one
-snapshot, ``compare`` judges a pair; ``scenario`` runs S0 -> switch -> S1 -> reboot -> S2;
-``reference_switch`` is the documented install step of the reference guest and ``controls``
-the negative controls that prove the checks catch real persistence failures.
+Five groups, each a package; the arrows point down (``tests/test_layers.py``):
+
+- ``collection``: what a machine shows, as data: ``take_snapshot`` records the serving unit, its
+  process or container, the journal and the host over any ``Machine`` in one round trip
+  (``collect``), into a redacted ``Snapshot`` (``snapshot``, ``redact``);
+- ``judgement``: pure checks of one snapshot or a pair (``checks.evaluate_stage`` runs every
+  single-snapshot check: the profile, the server's own config, banners against argv/env,
+  runtime-only sources, provenance, the card; ``compare`` judges S1 against S2), each result a
+  ``CheckResult`` keyed by its ``Check`` and ``Reason`` (``results``);
+- ``install``: taking a machine to a profile's configuration: the one ``Switcher`` protocol
+  (``switching``), the reference guest's switch (``reference_switch``) and the units it installs,
+  NixOS's own mapped onto the guest (``nixos_units``) or rendered from the Nix core
+  (``serving_unit``);
+- ``controls``: the negative controls, each declared once (``catalogue``), with its effect on a
+  snapshot (``effects``), the reset built from their footprints (``reset``), the container path
+  (``container_stop``) and every control on one guest (``run``);
+- ``runner``: S0 -> switch -> S1 -> reboot -> S2 (``scenario``) and the driver time it metered
+  (``metering``).
 """

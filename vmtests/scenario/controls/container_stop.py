@@ -3,7 +3,7 @@
 The advisory's rule is ``docker stop -t 60``, never ``docker rm -f``: a P150 container killed
 with SIGKILL leaves the card in an unknown state. oci-containers.nix's own pre-start runs
 ``docker rm -f <name>``, which kills a container left running by hand or by a crashed unit;
-the module's pre-start stops it gracefully first (``vmtests.scenario.serving_unit``).
+the module's pre-start stops it gracefully first (``vmtests.scenario.install.serving_unit``).
 
 The evidence is Docker's own event log: ``docker events`` records, per container, each
 ``kill`` with its signal and the ``die`` with the exit code. A graceful stop is SIGTERM
@@ -21,13 +21,17 @@ from vmtests.contracts.findings import Check, Reason
 from vmtests.contracts.serving import DEVICE, SERVING_CONTAINER, SERVING_UNIT
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
-from vmtests.scenario.control import ControlOutcome, judge
-from vmtests.scenario.control_reset import reset_to_target
-from vmtests.scenario.controls import RM_F
-from vmtests.scenario.reference_switch import UNIT_RESTART_TIMEOUT, ReferenceSwitch, install_units
-from vmtests.scenario.results import CheckResult, failed, passed
-from vmtests.scenario.serving_unit import BACKEND
-from vmtests.scenario.switching import wait_healthy, wait_ready
+from vmtests.scenario.controls.catalogue import RM_F
+from vmtests.scenario.controls.control import ControlOutcome, judge
+from vmtests.scenario.controls.reset import reset_to_target
+from vmtests.scenario.install.reference_switch import (
+    UNIT_RESTART_TIMEOUT,
+    ReferenceSwitch,
+    install_units,
+)
+from vmtests.scenario.install.serving_unit import BACKEND
+from vmtests.scenario.install.switching import wait_healthy, wait_ready
+from vmtests.scenario.judgement.results import CheckResult, failed, passed
 
 SIGTERM, SIGKILL, KILLED_EXIT_CODE = "15", "9", 137
 EVENT_FORMAT = "{{.Action}} {{.Actor.Attributes.exitCode}} {{.Actor.Attributes.signal}}"

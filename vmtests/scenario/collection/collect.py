@@ -17,8 +17,8 @@ from typing import Any
 
 from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_PORT, SERVING_UNIT
 from vmtests.driver.machine import Machine
-from vmtests.scenario.redact import redact_argv, redact_environment, redact_text
-from vmtests.scenario.snapshot import (
+from vmtests.scenario.collection.redact import redact_argv, redact_environment, redact_text
+from vmtests.scenario.collection.snapshot import (
     ContainerState,
     Endpoint,
     HugepageState,

@@ -2,7 +2,7 @@
 behind), its mechanism and its effect on a snapshot, and how its outcome is judged.
 
 ``Catalogue.control`` declares a control on its mechanism's function, so that a new control is
-one entry (``vmtests.scenario.controls``).
+one entry (``vmtests.scenario.controls.catalogue``).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 from vmtests.contracts.findings import Finding
 from vmtests.driver.machine import Machine
-from vmtests.scenario.reference_switch import ReferenceSwitch
-from vmtests.scenario.results import CheckResult, failures, findings
-from vmtests.scenario.snapshot import Snapshot
+from vmtests.scenario.collection.snapshot import Snapshot
+from vmtests.scenario.install.reference_switch import ReferenceSwitch
+from vmtests.scenario.judgement.results import CheckResult, failures, findings
 
 Apply = Callable[[Machine, ReferenceSwitch], None]
 """A control's mechanism: what it does to the reference guest."""

@@ -20,7 +20,7 @@ from vmtests.contracts.features import (
     env_value,
     module_banner_tag,
 )
-from vmtests.scenario.snapshot import JournalLine
+from vmtests.scenario.collection.snapshot import JournalLine
 from vmtests.stub.features import resolve as resolve_features
 
 

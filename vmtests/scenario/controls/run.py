@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vmtests.driver.machine import Machine
-from vmtests.scenario.container_stop import ContainerControls, run_container_controls
-from vmtests.scenario.control import ControlOutcome
-from vmtests.scenario.control_reset import check_correct_configuration, run_control
-from vmtests.scenario.controls import CONTROLS
-from vmtests.scenario.reference_switch import ReferenceSwitch
-from vmtests.scenario.results import CheckResult
+from vmtests.scenario.controls.catalogue import CONTROLS
+from vmtests.scenario.controls.container_stop import ContainerControls, run_container_controls
+from vmtests.scenario.controls.control import ControlOutcome
+from vmtests.scenario.controls.reset import check_correct_configuration, run_control
+from vmtests.scenario.install.reference_switch import ReferenceSwitch
+from vmtests.scenario.judgement.results import CheckResult
 
 
 @dataclass

@@ -7,8 +7,8 @@ shared with the certification preflight). A host without tt-smi is reported as i
 from __future__ import annotations
 
 from vmtests.contracts.findings import Check, Reason
-from vmtests.scenario.results import CheckResult, as_informational, failed, passed
-from vmtests.scenario.snapshot import Snapshot
+from vmtests.scenario.collection.snapshot import Snapshot
+from vmtests.scenario.judgement.results import CheckResult, as_informational, failed, passed
 from vmtests.tt_smi_parse import TtSmiError, parse_snapshot
 
 

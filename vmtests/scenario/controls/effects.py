@@ -1,6 +1,6 @@
 """What each negative control's mechanism does to the evidence, applied to a recorded snapshot.
 
-A control's mechanism (``vmtests.scenario.controls``) changes a guest; its effect here
+A control's mechanism (``vmtests.scenario.controls.catalogue``) changes a guest; its effect here
 changes a snapshot of the correct target the same way, as the snapshot script would record it
 (unit properties, unit files and drop-ins, the files the unit reads, the manager environment,
 the journal, the processes). ``tests/scenario/test_control_effects.py`` applies every effect to a
@@ -18,9 +18,9 @@ from collections.abc import Callable
 
 from vmtests.contracts.features import banner_text
 from vmtests.contracts.serving import SERVING_UNIT
-from vmtests.scenario import control_places as places
-from vmtests.scenario.snapshot import JournalLine, ProcessState, Snapshot
-from vmtests.scenario.sources import script_command
+from vmtests.scenario.collection.snapshot import JournalLine, ProcessState, Snapshot
+from vmtests.scenario.controls import places
+from vmtests.scenario.judgement.sources import script_command
 
 Effect = Callable[[Snapshot], None]
 """Changes a snapshot (a copy of the recorded one) as the control's mechanism would."""

@@ -14,10 +14,10 @@ from collections.abc import Iterable
 
 from vmtests.contracts.features import ENV_FEATURES, env_name
 from vmtests.contracts.findings import Check, Reason
-from vmtests.scenario.container_run import BACKENDS, ContainerRun, parse_container_run
-from vmtests.scenario.redact import REDACTED
-from vmtests.scenario.results import CheckResult, failed, passed
-from vmtests.scenario.snapshot import ProcessState, Snapshot, UnitState
+from vmtests.scenario.collection.redact import REDACTED
+from vmtests.scenario.collection.snapshot import ProcessState, Snapshot, UnitState
+from vmtests.scenario.judgement.container_run import BACKENDS, ContainerRun, parse_container_run
+from vmtests.scenario.judgement.results import CheckResult, failed, passed
 from vmtests.stub import knobs
 
 # Manager variables every systemd sets or distributions preset; not a sign of a manual change.

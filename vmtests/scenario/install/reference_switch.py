@@ -8,7 +8,7 @@ this step does what the module's switch would do, from the very same Nix core:
 2. render the units and scripts NixOS renders for the module: the container service of
    ``virtualisation.oci-containers`` (``docker load -i`` of the image file, ``exec docker run``
    with the core's args and environment, graceful stop), the hugepage oneshot and its mount
-   (``vmtests.scenario.serving_unit``, which follows the nixpkgs sources);
+   (``vmtests.scenario.install.serving_unit``, which follows the nixpkgs sources);
 3. copy the stub image archive (``vmtests.guest.stub_image``, built on the host) to the guest
    as its ``imageFile``;
 4. write everything, ``daemon-reload``, enable, restart (like switch-to-configuration
@@ -44,8 +44,8 @@ from vmtests.guest.stub_image import ARCHIVE_NAME, DISK_SERIAL, IMAGE, StubImage
 from vmtests.guest.stub_layer import install_stub_device_layer
 from vmtests.nixcore import CoreOutput, evaluate_core
 from vmtests.profiles import Profile
-from vmtests.scenario import nixos_units
-from vmtests.scenario.serving_unit import (
+from vmtests.scenario.install import nixos_units
+from vmtests.scenario.install.serving_unit import (
     OciContainer,
     RenderedUnits,
     ServiceAdjustments,
@@ -55,7 +55,7 @@ from vmtests.scenario.serving_unit import (
     render_container_service,
     store_path,
 )
-from vmtests.scenario.switching import wait_ready
+from vmtests.scenario.install.switching import wait_ready
 
 UNIT_DIR = "/etc/systemd/system"
 UNIT_RESTART_TIMEOUT = 360.0
@@ -146,7 +146,7 @@ def container_of(config: ServingConfig) -> OciContainer:
 
 def render_units(config: ServingConfig) -> RenderedUnits:
     """Every unit and script of ``config``: the NixOS evaluation's when it rendered exactly this
-    configuration, else ``vmtests.scenario.serving_unit``'s."""
+    configuration, else ``vmtests.scenario.install.serving_unit``'s."""
     if config.nixos is not None and config == config.nixos.config:
         return config.nixos.units
     return imitate_units(config)
@@ -299,7 +299,8 @@ def rendered_by_nixos(config: ServingConfig, serving_profile: str) -> ServingCon
     """``config`` carrying the units NixOS renders for ``serving_profile``'s VM configuration.
 
     The host's ``extraOptions`` come from the evaluation (the Nix core does not know them).
-    Raises ``DriverError`` when ``vmtests.scenario.serving_unit`` renders anything else for the
+    Raises ``DriverError`` when ``vmtests.scenario.install.serving_unit`` renders anything else for
+    the
     same configuration: the negative controls vary that renderer's units, so they would test
     another unit than NixOS's.
     """
@@ -316,7 +317,7 @@ def rendered_by_nixos(config: ServingConfig, serving_profile: str) -> ServingCon
     mismatch = nixos_units.differences(imitate_units(config), units)
     if mismatch:
         raise DriverError(
-            f"vmtests.scenario.serving_unit no longer renders what NixOS renders for "
+            f"vmtests.scenario.install.serving_unit no longer renders what NixOS renders for "
             f"{configuration}; fix the renderer:\n" + "\n".join(mismatch)
         )
     return replace(config, nixos=NixosRendering(configuration, units, config))
@@ -361,7 +362,8 @@ class ReferenceSwitch:
             )
         else:
             self.description = (
-                "reference install step: units rendered by vmtests.scenario.serving_unit from "
+                "reference install step: units rendered by "
+                "vmtests.scenario.install.serving_unit from "
                 f"the Nix core for {profile.serving_profile} ({why})"
             )
         self._evaluated: dict[str, ServingConfig] = {}

@@ -21,7 +21,8 @@ strict-shell-check job scripts (``writeShellApplication``), unit links that the 
 text does not show (``requiredBy``, ``upheldBy``, ``aliases``, a disabled unit) and drop-ins.
 
 ``differences`` compares two renderings exactly, store hashes aside; the reference guest
-refuses to run when ``vmtests.scenario.serving_unit`` (the renderer the negative controls vary)
+refuses to run when ``vmtests.scenario.install.serving_unit`` (the renderer the negative controls
+vary)
 no longer renders what NixOS does.
 """
 
@@ -37,7 +38,7 @@ from typing import Any
 from vmtests import nixos_eval
 from vmtests.contracts.instrumentation import GUEST_TOOLS
 from vmtests.guest import toolpath
-from vmtests.scenario.serving_unit import STORE_DIR, RenderedUnits, job_script_text
+from vmtests.scenario.install.serving_unit import STORE_DIR, RenderedUnits, job_script_text
 
 NIX_STORE_PATH = re.compile(
     r"(/nix/store/[0-9a-z]{32}-[0-9a-zA-Z+._?=-]+)((?:/[0-9a-zA-Z+._?=@-]+)*)"
@@ -101,7 +102,8 @@ class StoreMap:
         if unknown:
             raise UnmappedStorePath(
                 f"{where} names store paths the reference guest has no counterpart for: "
-                f"{sorted(set(unknown))} (vmtests.scenario.nixos_units maps job scripts, the "
+                f"{sorted(set(unknown))} (vmtests.scenario.install.nixos_units maps job "
+                "scripts, the "
                 "tool manifest's packages with a Debian stand-in, the image file, the locale "
                 "archive and the zoneinfo tree)"
             )

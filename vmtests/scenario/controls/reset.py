@@ -1,7 +1,8 @@
 """Running one negative control on a prepared reference guest: reset, apply, (reboot,) check.
 
 ``reset_to_target`` is the one way back to the correct target between controls: it takes away
-the union of every control's ``Footprint`` (``vmtests.scenario.controls.EVERY_FOOTPRINT``), so a
+the union of every control's ``Footprint``
+(``vmtests.scenario.controls.catalogue.EVERY_FOOTPRINT``), so a
 new control only declares what it leaves behind. It is a single function so that a restore of
 a saved "target running" guest can stand in for it.
 """
@@ -16,16 +17,26 @@ from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
 from vmtests.guest.stub_layer import set_stub_knobs
-from vmtests.scenario.checks import evaluate_stage
-from vmtests.scenario.collect import take_snapshot
-from vmtests.scenario.control import Control, ControlOutcome, Footprint, StartingPoint, judge
-from vmtests.scenario.control_places import TRANSIENT_DIR
-from vmtests.scenario.controls import CORRECT_CONFIGURATION, EVERY_FOOTPRINT
-from vmtests.scenario.reference_switch import UNIT_RESTART_TIMEOUT, ReferenceSwitch, install_units
-from vmtests.scenario.results import CheckResult
-from vmtests.scenario.serving_unit import BACKEND
-from vmtests.scenario.snapshot import Snapshot
-from vmtests.scenario.switching import wait_ready
+from vmtests.scenario.collection.collect import take_snapshot
+from vmtests.scenario.collection.snapshot import Snapshot
+from vmtests.scenario.controls.catalogue import CORRECT_CONFIGURATION, EVERY_FOOTPRINT
+from vmtests.scenario.controls.control import (
+    Control,
+    ControlOutcome,
+    Footprint,
+    StartingPoint,
+    judge,
+)
+from vmtests.scenario.controls.places import TRANSIENT_DIR
+from vmtests.scenario.install.reference_switch import (
+    UNIT_RESTART_TIMEOUT,
+    ReferenceSwitch,
+    install_units,
+)
+from vmtests.scenario.install.serving_unit import BACKEND
+from vmtests.scenario.install.switching import wait_ready
+from vmtests.scenario.judgement.checks import evaluate_stage
+from vmtests.scenario.judgement.results import CheckResult
 
 SETTLE_TIMEOUT = 120.0
 

@@ -26,9 +26,11 @@ from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
 from vmtests.profiles import Profile
-from vmtests.scenario.checks import check_profile, evaluate_stage
-from vmtests.scenario.collect import take_snapshot
-from vmtests.scenario.compare import (
+from vmtests.scenario.collection.collect import take_snapshot
+from vmtests.scenario.collection.snapshot import Snapshot
+from vmtests.scenario.install.switching import Switcher, wait_ready
+from vmtests.scenario.judgement.checks import check_profile, evaluate_stage
+from vmtests.scenario.judgement.compare import (
     FieldDiff,
     check_durable,
     check_rebooted,
@@ -36,10 +38,8 @@ from vmtests.scenario.compare import (
     check_switched_system,
     diff_snapshots,
 )
-from vmtests.scenario.metering import DriverMeter
-from vmtests.scenario.results import CheckResult, as_informational, failed
-from vmtests.scenario.snapshot import Snapshot
-from vmtests.scenario.switching import Switcher, wait_ready
+from vmtests.scenario.judgement.results import CheckResult, as_informational, failed
+from vmtests.scenario.runner.metering import DriverMeter
 
 
 @dataclass

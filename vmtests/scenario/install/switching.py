@@ -2,7 +2,7 @@
 
 The scenario switches once, from the machine's base configuration to its profile; the
 certification switches between two profiles (its A/B) and back. Both know only ``Switcher``,
-which two switches implement: ``vmtests.scenario.reference_switch.ReferenceSwitch`` (the
+which two switches implement: ``vmtests.scenario.install.reference_switch.ReferenceSwitch`` (the
 reference guest, which installs the units the Nix core or the NixOS evaluation describes) and
 ``CommandSwitch`` (a NixOS VM or a real host, where ``nixos-rebuild switch`` or
 ``switch-to-configuration`` does it). ``SWITCH_TIMEOUT`` is the one budget of a switch command.

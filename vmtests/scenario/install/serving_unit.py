@@ -5,7 +5,8 @@ tenstorrent-serving`` and adjusts its service; nixpkgs then renders it. The refe
 installs the units of the full NixOS evaluation where one runs (``vmtests.scenario.
 nixos_units``); this module renders the same units from the same inputs, following the nixpkgs
 sources line by line, for the negative controls (which alter a configuration) and for hosts
-without a nixpkgs tree. ``vmtests.scenario.nixos_units.differences`` proves the two identical
+without a nixpkgs tree. ``vmtests.scenario.install.nixos_units.differences`` proves the two
+identical
 for every VM configuration (``tests/eval/test_eval_nixos_units.py``, and again before a guest
 installs them):
 
@@ -149,7 +150,8 @@ def oci_container(
     environment_files: tuple[str, ...] = (),
 ) -> OciContainer:
     """The module's container from the Nix core's output (``modules/tenstorrent-serving.nix``)
-    and the host's ``extraOptions``; ``vmtests.scenario.nixos_units.differences`` holds it to the
+    and the host's ``extraOptions``; ``vmtests.scenario.install.nixos_units.differences`` holds it
+    to the
     evaluated ``virtualisation.oci-containers.containers.tenstorrent-serving``."""
     options = [f"--device={device}" for device in devices]
     if hugepages:

@@ -24,13 +24,17 @@ from vmtests.profiles.expectations import (
     match_module_banner,
     parse_module_banner,
 )
-from vmtests.scenario.banners import features_claimed, features_turned_on, module_banner_lines
-from vmtests.scenario.card import check_card
-from vmtests.scenario.provenance import check_provenance
-from vmtests.scenario.results import CheckResult, failed, passed, stage_phrase
-from vmtests.scenario.server_config import check_server_config
-from vmtests.scenario.snapshot import JournalLine, Snapshot
-from vmtests.scenario.sources import check_sources, origin_of
+from vmtests.scenario.collection.snapshot import JournalLine, Snapshot
+from vmtests.scenario.judgement.banners import (
+    features_claimed,
+    features_turned_on,
+    module_banner_lines,
+)
+from vmtests.scenario.judgement.card import check_card
+from vmtests.scenario.judgement.provenance import check_provenance
+from vmtests.scenario.judgement.results import CheckResult, failed, passed, stage_phrase
+from vmtests.scenario.judgement.server_config import check_server_config
+from vmtests.scenario.judgement.sources import check_sources, origin_of
 
 
 @dataclass(frozen=True)
@@ -169,7 +173,7 @@ def check_profile(
     results: list[CheckResult] = []
     for row in profile_rows(profile):
         if row.check == Check.SERVER_CACHE_CONFIG:
-            continue  # vmtests.scenario.server_config checks these
+            continue  # vmtests.scenario.judgement.server_config checks these
         if row.check == Check.PROFILE_BANNER:
             results.append(_banner_result(profile, snapshot, row, current, older))
             continue

@@ -3,9 +3,9 @@
 Every control starts from the correct target configuration (installed by the reference switch),
 applies one real mechanism on the reference guest (a ``/run`` drop-in, ``systemctl
 set-environment``, a hand-started server, ...), snapshots the machine (after a reboot when the
-failure only shows then) and runs the ordinary checks (``vmtests.scenario.control_reset``).
+failure only shows then) and runs the ordinary checks (``vmtests.scenario.controls.reset``).
 Each control is one entry here: its mechanism, declared with ``CATALOGUE.control``
-(``vmtests.scenario.control``):
+(``vmtests.scenario.controls.control``):
 
 - ``finds``: the finding it must produce (a ``Check`` and a ``Reason``,
   ``vmtests.contracts.findings``), and ``also`` what its mechanism cannot help breaking besides;
@@ -13,7 +13,7 @@ Each control is one entry here: its mechanism, declared with ``CATALOGUE.control
   control declares none and is detected when nothing fails; so is the correct configuration;
 - ``footprint``: what it leaves on the guest (files, units, manager variables, stub knobs,
   containers, processes); the reset takes away the union of all footprints (``EVERY_FOOTPRINT``);
-- ``effect``: its mechanism applied to a snapshot (``vmtests.scenario.control_effects``), with
+- ``effect``: its mechanism applied to a snapshot (``vmtests.scenario.controls.effects``), with
   which a test that needs no VM proves the declared findings on a recorded snapshot.
 """
 
@@ -28,9 +28,9 @@ from vmtests.contracts.findings import Check, Finding, Reason
 from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_CONTAINER, SERVING_UNIT, Hugepages
 from vmtests.driver.machine import Machine
 from vmtests.guest.stub_layer import GUEST_PYTHONPATH, set_stub_knobs
-from vmtests.scenario import control_effects as effects
-from vmtests.scenario.control import Catalogue, Control, Declaration, Footprint
-from vmtests.scenario.control_places import (
+from vmtests.scenario.controls import effects
+from vmtests.scenario.controls.control import Catalogue, Control, Declaration, Footprint
+from vmtests.scenario.controls.places import (
     BANNER_DROP_IN,
     FEATURE_VARIABLES,
     HAND_LOG,
@@ -45,7 +45,7 @@ from vmtests.scenario.control_places import (
     WRAPPER,
     WRAPPER_DROP_IN,
 )
-from vmtests.scenario.reference_switch import (
+from vmtests.scenario.install.reference_switch import (
     UNIT_DIR,
     UNIT_RESTART_TIMEOUT,
     ReferenceSwitch,
@@ -58,8 +58,8 @@ from vmtests.scenario.reference_switch import (
     systemd_quote,
     write_rendered,
 )
-from vmtests.scenario.serving_unit import RenderedUnits, hugepages_path, run_script_text
-from vmtests.scenario.switching import wait_healthy
+from vmtests.scenario.install.serving_unit import RenderedUnits, hugepages_path, run_script_text
+from vmtests.scenario.install.switching import wait_healthy
 from vmtests.stub import knobs, release
 
 CATALOGUE = Catalogue()
@@ -383,7 +383,7 @@ RM_F = Declaration(
     finds=Finding(Check.GRACEFUL_STOP, Reason.KILLED),
     footprint=Footprint(containers=_names(SERVING_CONTAINER)),
 )
-"""The container path's control (``vmtests.scenario.container_stop``): its evidence is
+"""The container path's control (``vmtests.scenario.controls.container_stop``): its evidence is
 Docker's event log, not a snapshot."""
 
 EVERY_FOOTPRINT = reduce(Footprint.__or__, (c.footprint for c in (*CONTROLS, RM_F)), Footprint())

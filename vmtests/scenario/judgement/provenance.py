@@ -25,9 +25,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from vmtests.contracts.findings import Check, Reason
-from vmtests.scenario.results import CheckResult, as_informational, failed, passed
-from vmtests.scenario.snapshot import Snapshot
-from vmtests.scenario.sources import (
+from vmtests.scenario.collection.snapshot import Snapshot
+from vmtests.scenario.judgement.results import CheckResult, as_informational, failed, passed
+from vmtests.scenario.judgement.sources import (
     STANDARD_MANAGER_VARIABLES,
     is_runtime_path,
     is_serving_setting,

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 from vmtests.contracts.findings import Check, Reason
 from vmtests.profiles import Profile
-from vmtests.scenario.results import CheckResult, failed, passed
-from vmtests.scenario.snapshot import Snapshot
+from vmtests.scenario.collection.snapshot import Snapshot
+from vmtests.scenario.judgement.results import CheckResult, failed, passed
 
 INFO_METRIC = "vllm:cache_config_info"
 ENGINE_LINE = "Initializing a V1 LLM engine"

@@ -1,7 +1,8 @@
 """The state snapshot: what the serving unit, its process, the journal and the host look like.
 
 A ``Snapshot`` is plain data (JSON-serialisable with ``to_dict``), taken by
-``vmtests.scenario.collect.take_snapshot`` over any ``Machine``. Secrets are already redacted
+``vmtests.scenario.collection.collect.take_snapshot`` over any ``Machine``. Secrets are already
+redacted
 when a snapshot exists. Accessors here interpret the raw data (which journal lines belong to
 the current start of the unit, which hugepage pool is which) so that checks stay short.
 """

@@ -10,10 +10,10 @@ from typing import Any
 from vmtests.contracts.findings import Check, Reason
 from vmtests.profiles import Profile
 from vmtests.profiles.expectations import parse_module_banner
-from vmtests.scenario.banners import features_claimed, module_banner_lines
-from vmtests.scenario.checks import model_ids
-from vmtests.scenario.results import CheckResult, failed, passed
-from vmtests.scenario.snapshot import Snapshot
+from vmtests.scenario.collection.snapshot import Snapshot
+from vmtests.scenario.judgement.banners import features_claimed, module_banner_lines
+from vmtests.scenario.judgement.checks import model_ids
+from vmtests.scenario.judgement.results import CheckResult, failed, passed
 
 # Set by systemd or the kernel per start; they differ between two starts of the same config.
 VOLATILE_ENVIRONMENT = frozenset(

@@ -1,12 +1,12 @@
 """What the negative controls touch on the guest: the files, directories and variables their
-mechanisms write (``vmtests.scenario.controls``), their effects model
-(``vmtests.scenario.control_effects``) and the reset takes away."""
+mechanisms write (``vmtests.scenario.controls.catalogue``), their effects model
+(``vmtests.scenario.controls.effects``) and the reset takes away."""
 
 from __future__ import annotations
 
 from vmtests.contracts.features import ENV_FEATURES, env_name
 from vmtests.contracts.serving import SERVING_UNIT
-from vmtests.scenario.reference_switch import UNIT_DIR
+from vmtests.scenario.install.reference_switch import UNIT_DIR
 
 RUNTIME_DROP_IN_DIR = f"/run/systemd/system/{SERVING_UNIT}.d"
 DURABLE_DROP_IN_DIR = f"{UNIT_DIR}/{SERVING_UNIT}.d"

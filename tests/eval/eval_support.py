@@ -9,15 +9,8 @@ from vmtests.contracts.paths import REPO_ROOT
 from vmtests.contracts.serving import Hugepages
 from vmtests.nixcore import CoreOutput
 from vmtests.nixrun import evaluate_json, nix_value
-from vmtests.profiles import Profile
-from vmtests.profiles.expectations import (
-    Mismatch,
-    match_args,
-    match_environment,
-    match_hugepages,
-    match_module_banner,
-    parse_module_banner,
-)
+from vmtests.profiles import Profile, expectations
+from vmtests.profiles.expectations import Mismatch
 
 MODULE_EVAL = Path(__file__).resolve().parent / "module-eval.nix"
 
@@ -30,13 +23,17 @@ def configuration_mismatches(
     hugepages: Hugepages | None,
 ) -> list[Mismatch]:
     """Everything in ``profile`` that the given argv, environment, banner and hugepages break."""
-    mismatches = match_args(profile, argv) + match_environment(profile, environment)
-    mismatches += match_module_banner(profile, parse_module_banner(banner))
+    mismatches = expectations.match_args(profile, argv) + expectations.match_environment(
+        profile, environment
+    )
+    mismatches += expectations.match_module_banner(
+        profile, expectations.parse_module_banner(banner)
+    )
     if profile.hugepages is not None:
         # No reservation at all counts as zero pages of the expected size.
         count = hugepages.count if hugepages else 0
         size_kib = hugepages.size_kib if hugepages else profile.hugepages.size_kib
-        mismatches += match_hugepages(profile, count, size_kib)
+        mismatches += expectations.match_hugepages(profile, count, size_kib)
     return mismatches
 
 

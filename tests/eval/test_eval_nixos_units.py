@@ -3,9 +3,8 @@
 
 For every VM configuration: the units and job scripts NixOS renders map completely onto the
 reference guest (no store path left), and ``vmtests.scenario.install.serving_unit``, which the
-negative
-controls vary, renders exactly the same files from the Nix core's output. Each check is shown
-catching its fault.
+negative controls vary, renders exactly the same files from the Nix core's output. Each check is
+shown catching its fault.
 """
 
 from __future__ import annotations

@@ -11,14 +11,8 @@ from __future__ import annotations
 import copy
 import json
 
-from vmtests.scenario.collection.snapshot import (
-    Endpoint,
-    HugepageState,
-    JournalLine,
-    ProcessState,
-    Snapshot,
-    UnitState,
-)
+from vmtests.scenario.collection import snapshot as state
+from vmtests.scenario.collection.snapshot import Snapshot
 
 BOOT = "11111111-2222-3333-4444-555555555555"
 EARLIER_BOOT = "99999999-2222-3333-4444-555555555555"
@@ -118,7 +112,7 @@ def good_snapshot(resident: bool = False, label: str = "S1") -> Snapshot:
             "ExecStart=/usr/bin/python3 -m vmtests.stub.server " + " ".join(CFX_ARGS),
         ]
     )
-    unit = UnitState(
+    unit = state.UnitState(
         name="tenstorrent-serving.service",
         properties={
             "ActiveState": "active",
@@ -136,12 +130,12 @@ def good_snapshot(resident: bool = False, label: str = "S1") -> Snapshot:
         environment=unit_environment,
     )
     process_env = {"PATH": "/usr/bin", "INVOCATION_ID": INVOCATION, **unit_environment}
-    process = ProcessState(
+    process = state.ProcessState(
         "main-pid", 594, argv, process_env, "0::/system.slice/tenstorrent-serving.service"
     )
     listener = copy.deepcopy(process)
     listener.origin = "listener"
-    hugepage_unit = UnitState(
+    hugepage_unit = state.UnitState(
         name="tenstorrent-hugepages.service",
         properties={
             "LoadState": "loaded",
@@ -160,11 +154,11 @@ def good_snapshot(resident: bool = False, label: str = "S1") -> Snapshot:
         listener=listener,
         manager_environment={"LANG": "C.UTF-8", "PATH": "/usr/bin"},
         journal=[
-            JournalLine(text, BOOT, INVOCATION, 1000 + i)
+            state.JournalLine(text, BOOT, INVOCATION, 1000 + i)
             for i, text in enumerate(startup_lines(resident))
         ],
-        health=Endpoint("http://127.0.0.1:8000/health", 200),
-        models=Endpoint("http://127.0.0.1:8000/v1/models", 200, json.dumps(models)),
-        metrics=Endpoint("http://127.0.0.1:8000/metrics", 200, CACHE_CONFIG_INFO),
-        hugepages=HugepageState(pools={GIB_KIB: 2, 2048: 0}, unit=hugepage_unit),
+        health=state.Endpoint("http://127.0.0.1:8000/health", 200),
+        models=state.Endpoint("http://127.0.0.1:8000/v1/models", 200, json.dumps(models)),
+        metrics=state.Endpoint("http://127.0.0.1:8000/metrics", 200, CACHE_CONFIG_INFO),
+        hugepages=state.HugepageState(pools={GIB_KIB: 2, 2048: 0}, unit=hugepage_unit),
     )

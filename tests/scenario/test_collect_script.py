@@ -103,7 +103,7 @@ def _run(tmp_path: Path, table: dict[str, dict[str, object]]) -> tuple[Snapshot,
         timeout=60,
         check=False,
     )
-    snapshot = parse_snapshot(done.stdout, "S1", UNIT, 8000, HUGEPAGES)
+    snapshot = parse_snapshot(done.stdout, "S1", 8000)
     return snapshot, done.stdout, calls.read_text().splitlines()
 
 

@@ -1,11 +1,10 @@
 """The stable keys of every finding: which check a result belongs to, and why a check failed.
 
 A failed ``CheckResult`` (``vmtests.scenario.judgement.results``) carries a ``Check`` and a
-``Reason``; its
-message is free text for people. Whatever acts on a failure (a negative control saying it was
-caught, the certification's preflight, a report reader, CI tooling reading ``report.json``)
-matches these keys, never the message. The values are what ``report.json``, ``junit.xml`` and
-``controls.json`` show, so they stay stable: add a member, do not rename one.
+``Reason``; its message is free text for people. Whatever acts on a failure (a negative control
+saying it was caught, the certification's preflight, a report reader, CI tooling reading
+``report.json``) matches these keys, never the message. The values are what ``report.json``,
+``junit.xml`` and ``controls.json`` show, so they stay stable: add a member, do not rename one.
 """
 
 from __future__ import annotations

@@ -193,7 +193,8 @@ def take_snapshot(
     result = machine.execute(
         snapshot_command(unit, port, hugepages_unit, container, card), timeout=timeout
     )
-    snapshot = parse_snapshot(result.stdout_text, label, unit, port, hugepages_unit)
+    snapshot = parse_snapshot(result.stdout_text, label, port)
+    snapshot.unit.name, snapshot.hugepages.unit.name = unit, hugepages_unit
     if result.rc != 0:
         snapshot.errors.append(f"snapshot script exited {result.rc}: {result.stderr_text[-500:]}")
     if container is not None and snapshot.container is None:
@@ -217,14 +218,9 @@ def split_sections(output: str) -> dict[str, str]:
     return {name: "\n".join(lines).strip("\n") for name, lines in sections.items()}
 
 
-def parse_snapshot(
-    output: str,
-    label: str,
-    unit: str = SERVING_UNIT,
-    port: int = SERVING_PORT,
-    hugepages_unit: str = HUGEPAGES_UNIT,
-) -> Snapshot:
-    """Build a (redacted) ``Snapshot`` from the snapshot script's output."""
+def parse_snapshot(output: str, label: str, port: int = SERVING_PORT) -> Snapshot:
+    """Build a (redacted) ``Snapshot`` from the snapshot script's output (the units named as
+    the serving unit and the hugepage unit; ``take_snapshot`` names the ones it asked for)."""
     sections = split_sections(output)
     snapshot = Snapshot(label=label, port=port)
     if "end" not in sections:
@@ -232,7 +228,7 @@ def parse_snapshot(
     snapshot.boot_id = sections.get("boot_id", "").strip()
     snapshot.kernel_cmdline = redact_text(sections.get("cmdline", "").strip())
     snapshot.unit = UnitState(
-        name=unit,
+        name=SERVING_UNIT,
         properties=_properties(sections.get("unit", "")),
         files=_files(sections.get("unit_files", "")),
         environment=redact_environment(
@@ -261,7 +257,7 @@ def parse_snapshot(
         pools=_pools(sections.get("hugepage_pools", "")),
         meminfo=_meminfo(sections.get("meminfo", "")),
         unit=UnitState(
-            name=hugepages_unit,
+            name=HUGEPAGES_UNIT,
             properties=_properties(sections.get("hugepage_unit", "")),
             files=_files(sections.get("hugepage_unit_files", "")),
         ),

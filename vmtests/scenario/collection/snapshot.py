@@ -2,9 +2,8 @@
 
 A ``Snapshot`` is plain data (JSON-serialisable with ``to_dict``), taken by
 ``vmtests.scenario.collection.collect.take_snapshot`` over any ``Machine``. Secrets are already
-redacted
-when a snapshot exists. Accessors here interpret the raw data (which journal lines belong to
-the current start of the unit, which hugepage pool is which) so that checks stay short.
+redacted when a snapshot exists. Accessors here interpret the raw data (which journal lines belong
+to the current start of the unit, which hugepage pool is which) so that checks stay short.
 """
 
 from __future__ import annotations
@@ -34,9 +33,9 @@ class UnitState:
         return self.properties.get(key, "")
 
     @property
-    def active_state(self) -> str:
-        """``ActiveState`` (active, inactive, failed, ...)."""
-        return self.prop("ActiveState")
+    def load_state(self) -> str:
+        """``LoadState`` (loaded, not-found, masked, ...)."""
+        return self.prop("LoadState")
 
     @property
     def main_pid(self) -> int:
@@ -45,14 +44,9 @@ class UnitState:
         return int(text) if text.isdigit() else 0
 
     @property
-    def invocation_id(self) -> str:
-        """``InvocationID`` of the unit's current (or last) start."""
-        return self.prop("InvocationID")
-
-    @property
-    def fragment_path(self) -> str:
-        """The unit file systemd loaded."""
-        return self.prop("FragmentPath")
+    def active_state(self) -> str:
+        """``ActiveState`` (active, inactive, failed, ...)."""
+        return self.prop("ActiveState")
 
     @property
     def drop_in_paths(self) -> list[str]:
@@ -60,19 +54,24 @@ class UnitState:
         return self.prop("DropInPaths").split()
 
     @property
+    def invocation_id(self) -> str:
+        """``InvocationID`` of the unit's current (or last) start."""
+        return self.prop("InvocationID")
+
+    @property
     def need_daemon_reload(self) -> bool:
         """True when a unit file changed on disk after systemd last loaded it."""
         return self.prop("NeedDaemonReload") == "yes"
 
     @property
+    def fragment_path(self) -> str:
+        """The unit file systemd loaded."""
+        return self.prop("FragmentPath")
+
+    @property
     def unit_file_state(self) -> str:
         """``UnitFileState`` (enabled, disabled, masked, static, ...)."""
         return self.prop("UnitFileState")
-
-    @property
-    def load_state(self) -> str:
-        """``LoadState`` (loaded, not-found, masked, ...)."""
-        return self.prop("LoadState")
 
 
 @dataclass

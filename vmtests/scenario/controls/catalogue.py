@@ -20,6 +20,7 @@ Each control is one entry here: its mechanism, declared with ``CATALOGUE.control
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from dataclasses import replace
 from functools import reduce
 
@@ -29,7 +30,7 @@ from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_CONTAINER, SERVING
 from vmtests.driver.machine import Machine
 from vmtests.guest.stub_layer import GUEST_PYTHONPATH, set_stub_knobs
 from vmtests.scenario.controls import effects
-from vmtests.scenario.controls.control import Catalogue, Control, Declaration, Footprint
+from vmtests.scenario.controls.control import Apply, Catalogue, Control, Declaration, Footprint
 from vmtests.scenario.controls.places import (
     BANNER_DROP_IN,
     FEATURE_VARIABLES,
@@ -48,6 +49,7 @@ from vmtests.scenario.controls.places import (
 from vmtests.scenario.install.reference_switch import (
     UNIT_DIR,
     UNIT_RESTART_TIMEOUT,
+    InstallStage,
     ReferenceSwitch,
     ServingConfig,
     container_of,
@@ -65,10 +67,6 @@ from vmtests.stub import knobs, release
 CATALOGUE = Catalogue()
 
 
-def _names(*names: str) -> frozenset[str]:
-    return frozenset(names)
-
-
 def _feature_free(switch: ReferenceSwitch) -> ServingConfig:
     """The target's units with the base's argv, environment and banner (hugepages kept)."""
     base = switch.base
@@ -79,6 +77,16 @@ def _restart(machine: Machine, config: ServingConfig) -> None:
     """Reload once (the units staged, the control's own files written) and restart."""
     machine.succeed("systemctl daemon-reload", timeout=UNIT_RESTART_TIMEOUT)
     restart_serving(machine, config)
+
+
+def _correct_plus(
+    machine: Machine, switch: ReferenceSwitch, unrelated: Callable[[], object]
+) -> None:
+    """The correct target staged, then ``unrelated`` (state that does not configure serving),
+    then one reload and restart."""
+    stage_units(machine, switch.target)
+    unrelated()
+    _restart(machine, switch.target)
 
 
 def _durable_drop_in(machine: Machine, path: str, settings: list[str]) -> None:
@@ -99,17 +107,15 @@ def _exec_lines(machine: Machine, config: ServingConfig) -> list[str]:
 
 
 @CATALOGUE.control(
-    "stale banner after reboot",
-    Finding(Check.PROFILE_BANNER, Reason.BANNER_STALE), effects.stale_banner,
+    "stale banner after reboot", Finding(Check.PROFILE_BANNER, Reason.BANNER_STALE),
+    effects.stale_banner, files=[RUNTIME_DROP_IN],
     mechanism="the runtime drop-in, then a reboot: its banners exist only in the previous boot's "
     "journal",
-    footprint=Footprint(files=_names(RUNTIME_DROP_IN)),
     reboot=True,
 )  # fmt: skip
 @CATALOGUE.control(
-    "runtime drop-in",
-    Finding(Check.RUNTIME_DROP_IN, Reason.RUNTIME_DROP_IN), effects.runtime_drop_in,
-    footprint=Footprint(files=_names(RUNTIME_DROP_IN)),
+    "runtime drop-in", Finding(Check.RUNTIME_DROP_IN, Reason.RUNTIME_DROP_IN),
+    effects.runtime_drop_in, files=[RUNTIME_DROP_IN],
 )  # fmt: skip
 def runtime_drop_in(machine: Machine, switch: ReferenceSwitch) -> None:
     """The durable unit lacks the features; a drop-in under /run adds them (lost at reboot)."""
@@ -122,9 +128,8 @@ def runtime_drop_in(machine: Machine, switch: ReferenceSwitch) -> None:
 
 
 @CATALOGUE.control(
-    "systemctl set-environment",
-    Finding(Check.MANAGER_ENVIRONMENT, Reason.MANAGER_VARIABLE), effects.manager_environment,
-    footprint=Footprint(manager_variables=frozenset(FEATURE_VARIABLES)),
+    "systemctl set-environment", Finding(Check.MANAGER_ENVIRONMENT, Reason.MANAGER_VARIABLE),
+    effects.manager_environment, manager_variables=FEATURE_VARIABLES,
 )  # fmt: skip
 def manager_environment(machine: Machine, switch: ReferenceSwitch) -> None:
     """The unit lacks the feature variables; ``systemctl set-environment`` supplies them."""
@@ -137,32 +142,35 @@ def manager_environment(machine: Machine, switch: ReferenceSwitch) -> None:
     _restart(machine, config)
 
 
-@CATALOGUE.control(
-    "unit changed, not restarted",
-    Finding(Check.NOT_RESTARTED, Reason.ARGV_DIFFERS), effects.not_restarted,
-)  # fmt: skip
-def not_restarted(machine: Machine, switch: ReferenceSwitch) -> None:
-    """The unit file is switched and reloaded, but the running service is not restarted."""
-    install_units(machine, _feature_free(switch))
-    install_units(machine, switch.target, restart=False)
+def _switched_until(stage: InstallStage) -> Apply:
+    """A mechanism: the feature-free unit runs, then the target's unit is installed only as far
+    as ``stage`` (written, or also reloaded), and the running service is left alone."""
+
+    def switch_partly(machine: Machine, switch: ReferenceSwitch) -> None:
+        install_units(machine, _feature_free(switch))
+        install_units(machine, switch.target, stage)
+
+    return switch_partly
+
+
+CATALOGUE.control(
+    "unit changed, not restarted", Finding(Check.NOT_RESTARTED, Reason.ARGV_DIFFERS),
+    effects.not_restarted,
+    mechanism="target unit written and daemon-reloaded, service not restarted",
+)(_switched_until("reloaded"))  # fmt: skip
+
+CATALOGUE.control(
+    "unit changed, not reloaded", Finding(Check.NOT_RELOADED, Reason.NEED_DAEMON_RELOAD),
+    effects.not_reloaded,
+    mechanism="target unit written to /etc, no daemon-reload, no restart",
+)(_switched_until("written"))  # fmt: skip
 
 
 @CATALOGUE.control(
-    "unit changed, not reloaded",
-    Finding(Check.NOT_RELOADED, Reason.NEED_DAEMON_RELOAD), effects.not_reloaded,
-)  # fmt: skip
-def not_reloaded(machine: Machine, switch: ReferenceSwitch) -> None:
-    """The unit file is switched on disk, without daemon-reload and without a restart."""
-    install_units(machine, _feature_free(switch))
-    install_units(machine, switch.target, reload=False)
-
-
-@CATALOGUE.control(
-    "banner without its switch",
-    Finding(Check.CONSISTENCY, Reason.CLAIM_WITHOUT_SWITCH), effects.lying_banner,
+    "banner without its switch", Finding(Check.CONSISTENCY, Reason.CLAIM_WITHOUT_SWITCH),
+    effects.lying_banner, files=[BANNER_DROP_IN],
     # The profile requires the switch the mechanism leaves out.
-    also=frozenset({Finding(Check.PROFILE_ENV, Reason.ENV_MISSING)}),
-    footprint=Footprint(files=_names(BANNER_DROP_IN)),
+    also=[Finding(Check.PROFILE_ENV, Reason.ENV_MISSING)],
 )  # fmt: skip
 def lying_banner(machine: Machine, switch: ReferenceSwitch) -> None:
     """A durable drop-in prints the SDPA streaming banner; the environment lacks the switch."""
@@ -176,10 +184,8 @@ def lying_banner(machine: Machine, switch: ReferenceSwitch) -> None:
 @CATALOGUE.control(
     "engine runs without prefix caching",
     Finding(Check.SERVER_CACHE_CONFIG, Reason.SERVER_DIFFERS),
-    effects.engine_without_prefix_caching,
-    footprint=Footprint(
-        files=_names(MODEL_BUILD_DROP_IN), stub_knobs=_names(knobs.MODEL_CAPABILITIES)
-    ),
+    effects.engine_without_prefix_caching, files=[MODEL_BUILD_DROP_IN],
+    stub_knobs=[knobs.MODEL_CAPABILITIES],
 )  # fmt: skip
 def engine_without_prefix_caching(machine: Machine, switch: ReferenceSwitch) -> None:
     """argv and banners claim prefix caching; the engine runs without it.
@@ -204,9 +210,8 @@ def engine_without_prefix_caching(machine: Machine, switch: ReferenceSwitch) -> 
 
 
 @CATALOGUE.control(
-    "env file under /run",
-    Finding(Check.PROVENANCE, Reason.RUNTIME_ENV_FILE), effects.env_file_under_run,
-    footprint=Footprint(files=_names(RUN_ENV_FILE)),
+    "env file under /run", Finding(Check.PROVENANCE, Reason.RUNTIME_ENV_FILE),
+    effects.env_file_under_run, files=[RUN_ENV_FILE],
 )  # fmt: skip
 def env_file_under_run(machine: Machine, switch: ReferenceSwitch) -> None:
     """The feature variables reach the container only from a ``--env-file`` under /run.
@@ -221,13 +226,12 @@ def env_file_under_run(machine: Machine, switch: ReferenceSwitch) -> None:
         switch.target.without_env(*FEATURE_VARIABLES),
         environment_files=(RUN_ENV_FILE,),
     )
-    install_units(machine, config, wait=False)
+    install_units(machine, config, "restarted")
 
 
 @CATALOGUE.control(
-    "wrapper script sources /run",
-    Finding(Check.PROVENANCE, Reason.RUNTIME_SOURCED_FILE), effects.wrapper_sources_run,
-    footprint=Footprint(files=_names(RUN_FLAGS_FILE, WRAPPER, WRAPPER_DROP_IN)),
+    "wrapper script sources /run", Finding(Check.PROVENANCE, Reason.RUNTIME_SOURCED_FILE),
+    effects.wrapper_sources_run, files=[RUN_FLAGS_FILE, WRAPPER, WRAPPER_DROP_IN],
 )  # fmt: skip
 def wrapper_sources_run(machine: Machine, switch: ReferenceSwitch) -> None:
     """A durable ExecStart wrapper runs the container with flags sourced from a file under /run.
@@ -248,34 +252,29 @@ def wrapper_sources_run(machine: Machine, switch: ReferenceSwitch) -> None:
 
 
 @CATALOGUE.control(
-    "unrelated manager variable (false alarm)",
-    None, effects.unrelated_manager_variable,
-    footprint=Footprint(manager_variables=_names(UNRELATED_VARIABLE)),
+    "unrelated manager variable (false alarm)", None,
+    effects.unrelated_manager_variable, manager_variables=[UNRELATED_VARIABLE],
 )  # fmt: skip
 def unrelated_manager_variable(machine: Machine, switch: ReferenceSwitch) -> None:
     """The correct configuration plus ``systemctl set-environment EDITOR=vi`` (unrelated)."""
-    config = switch.target
-    stage_units(machine, config)
-    machine.succeed(f"systemctl set-environment {UNRELATED_VARIABLE}=vi")
-    _restart(machine, config)
+    setting = f"systemctl set-environment {UNRELATED_VARIABLE}=vi"
+    _correct_plus(machine, switch, lambda: machine.succeed(setting))
 
 
 @CATALOGUE.control(
-    "unrelated runtime drop-in (false alarm)",
-    None, effects.unrelated_runtime_drop_in,
-    footprint=Footprint(files=_names(UNRELATED_DROP_IN)),
+    "unrelated runtime drop-in (false alarm)", None,
+    effects.unrelated_runtime_drop_in, files=[UNRELATED_DROP_IN],
 )  # fmt: skip
 def unrelated_runtime_drop_in(machine: Machine, switch: ReferenceSwitch) -> None:
     """The correct configuration plus a /run drop-in that only sets CPUWeight= (unrelated)."""
-    config = switch.target
-    stage_units(machine, config)
-    machine.write_file(UNRELATED_DROP_IN, "[Service]\nCPUWeight=50\n")
-    _restart(machine, config)
+    _correct_plus(
+        machine, switch, lambda: machine.write_file(UNRELATED_DROP_IN, "[Service]\nCPUWeight=50\n")
+    )
 
 
 @CATALOGUE.control(
-    "hugepages written at runtime",
-    Finding(Check.HUGEPAGE_SOURCE, Reason.HUGEPAGES_RUNTIME_ONLY), effects.runtime_hugepages,
+    "hugepages written at runtime", Finding(Check.HUGEPAGE_SOURCE, Reason.HUGEPAGES_RUNTIME_ONLY),
+    effects.runtime_hugepages,
 )  # fmt: skip
 def runtime_hugepages(machine: Machine, switch: ReferenceSwitch) -> None:
     """No boot-time hugepage unit; the pages are written to sysfs at runtime."""
@@ -285,11 +284,9 @@ def runtime_hugepages(machine: Machine, switch: ReferenceSwitch) -> None:
 
 
 @CATALOGUE.control(
-    "hugepage unit masked",
-    Finding(Check.HUGEPAGE_SOURCE, Reason.HUGEPAGE_UNIT_MASKED), effects.masked_hugepage_unit,
-    footprint=Footprint(
-        files=_names(f"{VENDOR_UNIT_DIR}/{HUGEPAGES_UNIT}"), masked_units=_names(HUGEPAGES_UNIT)
-    ),
+    "hugepage unit masked", Finding(Check.HUGEPAGE_SOURCE, Reason.HUGEPAGE_UNIT_MASKED),
+    effects.masked_hugepage_unit, masked_units=[HUGEPAGES_UNIT],
+    files=[f"{VENDOR_UNIT_DIR}/{HUGEPAGES_UNIT}"],
     starts_from="running",
 )  # fmt: skip
 def masked_hugepage_unit(machine: Machine, switch: ReferenceSwitch) -> None:
@@ -306,8 +303,8 @@ def masked_hugepage_unit(machine: Machine, switch: ReferenceSwitch) -> None:
 
 
 @CATALOGUE.control(
-    "serving unit not enabled",
-    Finding(Check.NOT_ENABLED, Reason.NOT_ENABLED), effects.not_enabled,
+    "serving unit not enabled", Finding(Check.NOT_ENABLED, Reason.NOT_ENABLED),
+    effects.not_enabled,
     starts_from="running",
 )  # fmt: skip
 def not_enabled(machine: Machine, switch: ReferenceSwitch) -> None:
@@ -317,9 +314,8 @@ def not_enabled(machine: Machine, switch: ReferenceSwitch) -> None:
 
 
 @CATALOGUE.control(
-    "server started by hand",
-    Finding(Check.OUTSIDE_UNIT, Reason.OUTSIDE_UNIT), effects.hand_started,
-    footprint=Footprint(files=_names(HAND_LOG), pid_files=_names(HAND_PID_FILE)),
+    "server started by hand", Finding(Check.OUTSIDE_UNIT, Reason.OUTSIDE_UNIT),
+    effects.hand_started, files=[HAND_LOG], pid_files=[HAND_PID_FILE],
     settle=False,
     starts_from="installed",
 )  # fmt: skip
@@ -340,11 +336,10 @@ def hand_started(machine: Machine, switch: ReferenceSwitch) -> None:
 
 
 @CATALOGUE.control(
-    "transient unit",
-    Finding(Check.RUNTIME_UNIT_FILE, Reason.RUNTIME_UNIT_FILE), effects.transient_unit,
-    footprint=Footprint(transient_units=_names(SERVING_UNIT)),
+    "transient unit", Finding(Check.RUNTIME_UNIT_FILE, Reason.RUNTIME_UNIT_FILE),
     # Nothing enables a transient unit.
-    also=frozenset({Finding(Check.NOT_ENABLED, Reason.NOT_ENABLED)}),
+    also=[Finding(Check.NOT_ENABLED, Reason.NOT_ENABLED)],
+    effect=effects.transient_unit, transient_units=[SERVING_UNIT],
 )  # fmt: skip
 def transient_unit(machine: Machine, switch: ReferenceSwitch) -> None:
     """No durable unit: the server runs as a transient ``systemd-run`` unit under /run."""
@@ -381,7 +376,7 @@ RM_F = Declaration(
     mechanism="a container left running under the unit's name; the unit's pre-start is "
     "oci-containers.nix's own `docker rm -f`",
     finds=Finding(Check.GRACEFUL_STOP, Reason.KILLED),
-    footprint=Footprint(containers=_names(SERVING_CONTAINER)),
+    footprint=Footprint(containers=frozenset({SERVING_CONTAINER})),
 )
 """The container path's control (``vmtests.scenario.controls.container_stop``): its evidence is
 Docker's event log, not a snapshot."""

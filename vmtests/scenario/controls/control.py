@@ -8,7 +8,7 @@ one entry (``vmtests.scenario.controls.catalogue``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -178,14 +178,19 @@ class Catalogue:
         effect: Effect,
         *,
         mechanism: str = "",
-        also: frozenset[Finding] = frozenset(),
-        footprint: Footprint = Footprint(),
+        also: Iterable[Finding] = (),
         reboot: bool = False,
         settle: bool = True,
         starts_from: StartingPoint = "clean",
+        **footprint: Iterable[str],
     ) -> Callable[[Apply], Apply]:
-        """Declare a control whose mechanism is the decorated function (returned unchanged);
-        the mechanism in words is the function's docstring's first paragraph unless given."""
+        """Declare a control whose mechanism is the decorated function (returned unchanged).
+
+        The mechanism in words is the function's docstring's first paragraph unless given;
+        ``footprint`` names what it leaves behind by the parts of a ``Footprint`` (``files``,
+        ``manager_variables``, ...).
+        """
+        left = Footprint(**{part: frozenset(names) for part, names in footprint.items()})
 
         def declare(apply: Apply) -> Apply:
             self._controls.append(
@@ -193,8 +198,8 @@ class Catalogue:
                     name=name,
                     mechanism=mechanism or summary(apply),
                     finds=finds,
-                    also=also,
-                    footprint=footprint,
+                    also=frozenset(also),
+                    footprint=left,
                     apply=apply,
                     effect=effect,
                     reboot=reboot,

@@ -1,9 +1,8 @@
 """Running one negative control on a prepared reference guest: reset, apply, (reboot,) check.
 
 ``reset_to_target`` is the one way back to the correct target between controls: it takes away
-the union of every control's ``Footprint``
-(``vmtests.scenario.controls.catalogue.EVERY_FOOTPRINT``), so a
-new control only declares what it leaves behind. It is a single function so that a restore of
+the union of every control's ``Footprint`` (``catalogue.EVERY_FOOTPRINT``), so a new control
+only declares what it leaves behind. It is a single function so that a restore of
 a saved "target running" guest can stand in for it.
 """
 
@@ -93,7 +92,7 @@ def reset_to_target(
     health = f"http://127.0.0.1:{switch.target.port}/health"
     machine.wait_until_succeeds("! curl -s -m 2 -o /dev/null %s", health, timeout=60)
     if to != "clean":
-        install_units(machine, switch.target, restart=to == "running")
+        install_units(machine, switch.target, "ready" if to == "running" else "reloaded")
 
 
 def evaluate_machine(

@@ -21,9 +21,8 @@ strict-shell-check job scripts (``writeShellApplication``), unit links that the 
 text does not show (``requiredBy``, ``upheldBy``, ``aliases``, a disabled unit) and drop-ins.
 
 ``differences`` compares two renderings exactly, store hashes aside; the reference guest
-refuses to run when ``vmtests.scenario.install.serving_unit`` (the renderer the negative controls
-vary)
-no longer renders what NixOS does.
+refuses to run when ``vmtests.scenario.install.serving_unit`` (the renderer the negative
+controls vary) no longer renders what NixOS does.
 """
 
 from __future__ import annotations
@@ -102,9 +101,8 @@ class StoreMap:
         if unknown:
             raise UnmappedStorePath(
                 f"{where} names store paths the reference guest has no counterpart for: "
-                f"{sorted(set(unknown))} (vmtests.scenario.install.nixos_units maps job "
-                "scripts, the "
-                "tool manifest's packages with a Debian stand-in, the image file, the locale "
+                f"{sorted(set(unknown))} (vmtests.scenario.install.nixos_units maps job scripts, "
+                "the tool manifest's packages with a Debian stand-in, the image file, the locale "
                 "archive and the zoneinfo tree)"
             )
         return mapped

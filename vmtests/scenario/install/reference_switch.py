@@ -24,6 +24,7 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Literal
 
 from vmtests import nixos_eval
 from vmtests.contracts.instrumentation import GUEST_MEMORY_MB, SSH_PORT
@@ -196,17 +197,15 @@ ENABLE_UNITS = "systemctl enable --no-reload %s 2>&1"
 """Enable units without the reload ``enable`` makes itself (the caller reloads once)."""
 
 
-def install_units(
-    machine: Machine,
-    config: ServingConfig,
-    *,
-    restart: bool = True,
-    reload: bool = True,
-    wait: bool = True,
-) -> None:
-    """Write the units for ``config``; reload, enable, restart and wait unless told not to."""
+InstallStage = Literal["written", "reloaded", "restarted", "ready"]
+"""How far ``install_units`` goes: the units written; then enabled and systemd reloaded; then
+the serving unit restarted; then it is active and ``/health`` answers."""
+
+
+def install_units(machine: Machine, config: ServingConfig, until: InstallStage = "ready") -> None:
+    """Write the units for ``config`` and go on as far as ``until`` says."""
     rendered = _write_units(machine, config)
-    if not reload:
+    if until == "written":
         return
     # One reload (enable would reload again): under TCG each costs seconds. The firewall is
     # applied at once (firewall.APPLY).
@@ -214,10 +213,10 @@ def install_units(
         f"{ENABLE_UNITS} && systemctl daemon-reload && {firewall.APPLY}",
         [*rendered.units, firewall.FIREWALL_UNIT],
     )
-    if restart:
+    if until in ("restarted", "ready"):
         restart_serving(machine, config)
-        if wait:
-            wait_ready(machine, config.port)
+    if until == "ready":
+        wait_ready(machine, config.port)
 
 
 def stage_units(machine: Machine, config: ServingConfig) -> None:
@@ -299,10 +298,9 @@ def rendered_by_nixos(config: ServingConfig, serving_profile: str) -> ServingCon
     """``config`` carrying the units NixOS renders for ``serving_profile``'s VM configuration.
 
     The host's ``extraOptions`` come from the evaluation (the Nix core does not know them).
-    Raises ``DriverError`` when ``vmtests.scenario.install.serving_unit`` renders anything else for
-    the
-    same configuration: the negative controls vary that renderer's units, so they would test
-    another unit than NixOS's.
+    Raises ``DriverError`` when ``vmtests.scenario.install.serving_unit`` renders anything else
+    for the same configuration: the negative controls vary that renderer's units, so they would
+    test another unit than NixOS's.
     """
     configuration = nixos_units.configuration_for(serving_profile)
     with log.nested(f"reading the units of {configuration} from the NixOS evaluation"):
@@ -362,9 +360,8 @@ class ReferenceSwitch:
             )
         else:
             self.description = (
-                "reference install step: units rendered by "
-                "vmtests.scenario.install.serving_unit from "
-                f"the Nix core for {profile.serving_profile} ({why})"
+                "reference install step: units rendered by vmtests.scenario.install.serving_unit "
+                f"from the Nix core for {profile.serving_profile} ({why})"
             )
         self._evaluated: dict[str, ServingConfig] = {}
         self._installed: dict[str, ServingConfig] = {}
@@ -425,4 +422,4 @@ class ReferenceSwitch:
         """Install ``profile``'s units, reload and enable them, and restart the serving unit
         unless this switch leaves that to the caller."""
         config = self.installable(machine, profile.serving_profile)
-        install_units(machine, config, restart=self.restarts, wait=False)
+        install_units(machine, config, "restarted" if self.restarts else "reloaded")

@@ -2,13 +2,11 @@
 
 ``modules/tenstorrent-serving.nix`` declares ``virtualisation.oci-containers.containers.
 tenstorrent-serving`` and adjusts its service; nixpkgs then renders it. The reference guest
-installs the units of the full NixOS evaluation where one runs (``vmtests.scenario.
-nixos_units``); this module renders the same units from the same inputs, following the nixpkgs
-sources line by line, for the negative controls (which alter a configuration) and for hosts
-without a nixpkgs tree. ``vmtests.scenario.install.nixos_units.differences`` proves the two
-identical
-for every VM configuration (``tests/eval/test_eval_nixos_units.py``, and again before a guest
-installs them):
+installs the units of the full NixOS evaluation where one runs (``nixos_units``); this module
+renders the same units from the same inputs, following the nixpkgs sources line by line, for the
+negative controls (which alter a configuration) and for hosts without a nixpkgs tree.
+``nixos_units.differences`` proves the two identical for every VM configuration
+(``tests/eval/test_eval_nixos_units.py``, and again before a guest installs them):
 
 - ``nixos/modules/virtualisation/oci-containers.nix`` (``mkService``): the ``script``
   ``exec docker run --name=<name> --log-driver=<driver> -e K=V ... --env-file F --rm --pull
@@ -150,9 +148,8 @@ def oci_container(
     environment_files: tuple[str, ...] = (),
 ) -> OciContainer:
     """The module's container from the Nix core's output (``modules/tenstorrent-serving.nix``)
-    and the host's ``extraOptions``; ``vmtests.scenario.install.nixos_units.differences`` holds it
-    to the
-    evaluated ``virtualisation.oci-containers.containers.tenstorrent-serving``."""
+    and the host's ``extraOptions``; ``vmtests.scenario.install.nixos_units.differences`` holds
+    it to the evaluated ``virtualisation.oci-containers.containers.tenstorrent-serving``."""
     options = [f"--device={device}" for device in devices]
     if hugepages:
         mount = hugepages.mount_point

@@ -501,16 +501,12 @@ def check_generation(snapshot: Snapshot) -> list[CheckResult]:
         return []
     if current == default:
         return [passed(snapshot.label, Check.GENERATION, "system", f"boots {current}")]
-    return [
-        failed(
-            snapshot.label,
-            Check.GENERATION,
-            "/nix/var/nix/profiles/system",
-            Reason.BOOT_DEFAULT_DIFFERS,
-            f"the running generation is {current} but the system profile (what the next boot "
-            f"starts) is {default}: the switch did not set the boot default",
-        )
-    ]
+    why = (
+        f"the running generation is {current} but the system profile (what the next boot "
+        f"starts) is {default}: the switch did not set the boot default"
+    )
+    profile = "/nix/var/nix/profiles/system"
+    return [failed(snapshot.label, Check.GENERATION, profile, Reason.BOOT_DEFAULT_DIFFERS, why)]
 
 
 def check_sources(

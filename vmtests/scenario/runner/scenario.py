@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 
 from vmtests.contracts.findings import Check, Reason
 from vmtests.contracts.serving import READY_TIMEOUT, SERVING_PORT, SERVING_UNIT
@@ -79,36 +79,35 @@ class ScenarioResult:
         return self.status == RunStatus.FINISHED and not self.failures and not self.error
 
 
+@dataclass
 class Scenario:
-    """Runs the scenario on one machine; ``result`` is valid at every moment."""
+    """Runs the scenario on one machine; ``result`` is valid at every moment.
 
-    def __init__(
-        self,
-        machine: Machine,
-        profile: Profile,
-        switcher: Switcher,
-        *,
-        target: str = "",
-        base_profile: Profile | None = None,
-        port: int = SERVING_PORT,
-        container: str | None = None,
-        start_machine: bool = True,
-    ) -> None:
-        self.machine = machine
+    ``base_profile``, when given, is checked at S0 (the base must really be the base);
+    ``container`` names the serving container the snapshots inspect; ``start_machine=False``
+    runs on a machine already started.
+    """
+
+    machine: Machine
+    profile: Profile
+    switcher: Switcher
+    _: KW_ONLY
+    target: str = ""
+    base_profile: Profile | None = None
+    port: int = SERVING_PORT
+    container: str | None = None
+    start_machine: bool = True
+    result: ScenarioResult = field(init=False)
+
+    def __post_init__(self) -> None:
         meter = DriverMeter()
-        self._stop_metering = machine.observe(meter.record)
-        self.profile = profile
-        self.switcher = switcher
-        self.base_profile = base_profile
-        self.port = port
-        self.container = container
-        self.start_machine = start_machine
+        self._stop_metering = self.machine.observe(meter.record)
         self.result = ScenarioResult(
-            profile,
-            target or machine.name,
-            switcher.description,
+            self.profile,
+            self.target or self.machine.name,
+            self.switcher.description,
             meter=meter,
-            expected_system=switcher.expected_system,
+            expected_system=self.switcher.expected_system,
         )
 
     @contextmanager

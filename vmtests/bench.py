@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from vmtests.contracts.settings import Settings, settings
+from vmtests.contracts.settings import ACCELERATORS, Settings, settings
 from vmtests.driver import accel, qemu_launch
 from vmtests.driver.machine import Machine
 from vmtests.driver.qemu import QemuMachine
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--accel",
         default=settings().accel,
-        choices=qemu_launch.ACCELS,
+        choices=ACCELERATORS,
         help=f"QEMU acceleration (default: the accel setting, ${Settings.variable('accel')}, "
         "else auto)",
     )

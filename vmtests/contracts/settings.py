@@ -26,6 +26,12 @@ from typing import Any
 VARIABLE, SHOWN_DEFAULT, CHOICES, PARSE = ("variable", "shown", "choices", "parse")
 
 
+ACCELERATORS = ("auto", "kvm", "tcg")
+"""The values of the ``accel`` setting (QEMU's accelerator, or ``auto``)."""
+REBOOT_MODES = ("restart", "reset")
+"""The values of the ``reboot_mode`` setting."""
+
+
 def _text(value: str) -> str:
     return value
 
@@ -61,11 +67,11 @@ class SettingError(ValueError):
 class Settings:
     """The suite's settings (see the module docstring); ``settings()`` reads them."""
 
-    accel: str = setting("VMTESTS_ACCEL", "auto", choices=("auto", "kvm", "tcg"))
+    accel: str = setting("VMTESTS_ACCEL", "auto", choices=ACCELERATORS)
     """QEMU's accelerator: ``auto`` probes KVM once per host, kernel and QEMU, remembers the
     verdict for a day (``<cache>/kvm-verdict.json``) and falls back to TCG."""
 
-    reboot_mode: str = setting("VMTESTS_REBOOT_MODE", "restart", choices=("restart", "reset"))
+    reboot_mode: str = setting("VMTESTS_REBOOT_MODE", "restart", choices=REBOOT_MODES)
     """How a QEMU guest reboots: ``restart`` (the guest shuts down, QEMU exits under
     ``-no-reboot`` and a fresh QEMU boots the same disk) or ``reset`` (QEMU resets it in place)."""
 

@@ -21,7 +21,7 @@ from vmtests.contracts.instrumentation import (
     GUEST_MEMORY_MB,
     SSH_PORT,
 )
-from vmtests.contracts.settings import settings
+from vmtests.contracts.settings import ACCELERATORS, REBOOT_MODES, Settings, settings
 from vmtests.driver import accel as accel_choice
 from vmtests.driver import procs, qemu_launch
 from vmtests.driver.console import SerialConsole
@@ -44,7 +44,6 @@ PORT_ATTEMPTS = 3
 CONSOLE_SYNC_TIMEOUT = 10.0
 PROBE_SLICE = 0.25
 """How often the KVM probe looks at QEMU's state while it waits for the kernel."""
-REBOOT_MODES = ("restart", "reset")
 STOPPED_STATES = ("internal-error", "guest-panicked", "shutdown", "io-error")
 """QMP run states in which a KVM guest will never print its first line."""
 RESTART_LINE = "reboot: Restarting system"
@@ -89,9 +88,9 @@ class QemuMachine(Machine):
         self.memory_mb, self.cpus = memory_mb, cpus
         self.data_disks = dict(data_disks or {})
         self.requested_accel = (accel or settings().accel).lower()
-        if self.requested_accel not in qemu_launch.ACCELS:
-            raise ValueError(f"accel must be one of {qemu_launch.ACCELS}: {accel!r}")
-        asked_by = "the caller" if accel else "$VMTESTS_ACCEL"
+        if self.requested_accel not in ACCELERATORS:
+            raise ValueError(f"accel must be one of {ACCELERATORS}: {accel!r}")
+        asked_by = "the caller" if accel else f"${Settings.variable('accel')}"
         self.accel_reason = "" if self.requested_accel == "auto" else f"asked for by {asked_by}"
         self.guest_ports = sorted({SSH_PORT, *forward_ports})
         self.ssh_key = ssh_key

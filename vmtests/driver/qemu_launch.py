@@ -29,7 +29,6 @@ from vmtests.contracts.settings import settings
 
 QEMU_BINARY = settings().qemu
 """The QEMU binary (the ``qemu`` setting, read when the driver is imported)."""
-ACCELS = ("auto", "kvm", "tcg")
 
 
 @dataclass(frozen=True)

@@ -25,12 +25,14 @@ TABLE_ROW = re.compile(
 
 
 def code_files() -> list[Path]:
-    """Everything that runs: the package, the scripts, CI and the flake."""
+    """Everything that runs: the package, the scripts, CI, the flake and the Nix it imports
+    (a ``builtins.getEnv`` there is a read too)."""
     return [
         *sorted((ROOT / "vmtests").rglob("*.py")),
         *sorted(path for path in (ROOT / "scripts").iterdir() if path.is_file()),
         ROOT / ".ci" / "run",
         ROOT / "flake.nix",
+        *sorted(path for part in ("modules", "hosts") for path in (ROOT / part).rglob("*.nix")),
     ]
 
 

@@ -29,7 +29,7 @@ from vmtests.contracts.status import ExitStatus, UsageError
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
-from vmtests.guest import REFERENCE_TARGET
+from vmtests.guest import REFERENCE_TARGET, SSH_TARGET_PREFIX, TARGET_FORMS
 from vmtests.guest.cache_key import cached_builds, output_lines
 from vmtests.guest.image import install_ssh_key, write_guest_description
 from vmtests.guest.targets import TargetError, machine_from_target
@@ -38,7 +38,7 @@ from vmtests.report import write_controls_report, write_scenario_report
 from vmtests.scenario.collection.redact import redact_text
 from vmtests.scenario.controls.run import ControlsRun, run_all_controls
 from vmtests.scenario.install.reference_switch import ReferenceSwitch
-from vmtests.scenario.install.switching import CommandSwitch, Switcher
+from vmtests.scenario.install.switching import PROFILE_FIELD, CommandSwitch, Switcher
 from vmtests.scenario.judgement.results import CheckResult
 from vmtests.scenario.runner.scenario import Scenario, ScenarioResult
 
@@ -57,13 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--target",
         default=REFERENCE_TARGET,
-        help="qemu:reference | qemu-nixos:<run-vm script> | ssh://[user@]host[:port]",
+        help=TARGET_FORMS,
     )
     run.add_argument(
         "--switch-command",
         help="command run on the machine to switch (required unless the target is "
-        "qemu:reference), e.g. 'nixos-rebuild switch --flake /etc/nixos#{profile}' ({profile} "
-        "becomes the profile's name)",
+        f"{REFERENCE_TARGET}), e.g. 'nixos-rebuild switch --flake /etc/nixos#{PROFILE_FIELD}' "
+        f"({PROFILE_FIELD} becomes the profile's name)",
     )
     run.add_argument(
         "--expected-system",
@@ -175,7 +175,7 @@ def run_scenario_on(
 def command_run(args: argparse.Namespace) -> int:
     """``vmtests run``."""
     profile = _load(args.profile)
-    if args.target.startswith("ssh://") and not args.hw_opt_in:
+    if args.target.startswith(SSH_TARGET_PREFIX) and not args.hw_opt_in:
         raise UsageError(
             f"--target {args.target} is a real host: the scenario reboots it; "
             "pass --hw-opt-in to allow that"

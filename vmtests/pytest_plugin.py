@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from vmtests.guest import REFERENCE_TARGET
+from vmtests.guest import REFERENCE_TARGET, SSH_TARGET_PREFIX, TARGET_FORMS
 
 if TYPE_CHECKING:
     from vmtests.driver.machine import Machine
@@ -50,8 +50,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--target",
         default=REFERENCE_TARGET,
-        help="machine target: qemu:reference, qemu-nixos:<run-vm script> or "
-        f"ssh://[user@]host[:port] (default {REFERENCE_TARGET})",
+        help=f"machine target: {TARGET_FORMS} (default {REFERENCE_TARGET})",
     )
     group.addoption(
         "--report-dir",
@@ -69,7 +68,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def hardware_allowed(config: pytest.Config) -> bool:
     """True only with an explicit --hw-opt-in and an ssh:// --target."""
     target = str(config.getoption("--target"))
-    return bool(config.getoption("--hw-opt-in")) and target.startswith("ssh://")
+    return bool(config.getoption("--hw-opt-in")) and target.startswith(SSH_TARGET_PREFIX)
 
 
 SHARED_GUEST_GROUP = "shared-reference-guest"
@@ -180,7 +179,7 @@ def vmtests_machine(
     """
     from vmtests.guest.targets import machine_from_target  # noqa: PLC0415
 
-    if vmtests_target.startswith("ssh://") and not hardware_allowed(pytestconfig):
+    if vmtests_target.startswith(SSH_TARGET_PREFIX) and not hardware_allowed(pytestconfig):
         pytest.skip(f"--target {vmtests_target} is a real host: pass --hw-opt-in to use it")
     machine = machine_from_target(vmtests_target, tmp_path_factory.mktemp("machine"))
     try:

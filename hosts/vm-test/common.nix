@@ -35,10 +35,10 @@ let
       .${serving.hugepages.size}
     else
       0;
-  # The rule of vmtests/guest/resources.py, with the contract's numbers (measured on the
-  # reference guest: 2 x 1 GiB reserved reliably only with 8192 MB): the pages, the headroom the
-  # system, docker and the server need, and for 1 GiB pages the RAM below 4 GiB, which never
-  # yields an aligned GiB on QEMU's pc machine.
+  # The rule of vmtests/guest/resources.py, with the contract's numbers (the measurements behind
+  # them are in docs/ci-time.md): the pages, the headroom the system, docker and the server
+  # need, and for 1 GiB pages the RAM below 4 GiB, which never yields an aligned GiB on QEMU's
+  # pc machine.
   requiredMB =
     contract.resources.hugepageHeadroomMB
     + hugepageMB

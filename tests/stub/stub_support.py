@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import requests
@@ -146,3 +146,14 @@ def tt_smi(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         timeout=30,
         check=False,
     )
+
+
+def run_to_exit(
+    args: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 30.0
+) -> tuple[int, str]:
+    """Run a server that is expected to exit by itself (a refusal); return (status, output)."""
+    server = LocalStubServer(args, env).start()
+    try:
+        return server.wait_exit(timeout), server.output()
+    finally:
+        server.kill()

@@ -13,9 +13,9 @@ from stub_support import (
     StartServer,
     base_env,
     feature_env,
+    run_to_exit,
 )
 
-from vmtests.guest.local_stub import run_to_exit
 from vmtests.stub import knobs
 
 PREFIX_WITHOUT_SYNC = [arg for arg in PRODUCTION_ARGS if arg != "--no-async-scheduling"]

@@ -22,7 +22,7 @@ from vmtests.contracts.instrumentation import GUEST_MEMORY_MB
 from vmtests.contracts.serving import SERVING_CONTAINER, SERVING_PORT
 from vmtests.contracts.status import ExitStatus, UsageError
 from vmtests.driver.errors import DriverError
-from vmtests.guest import REFERENCE_TARGET
+from vmtests.guest import REFERENCE_TARGET, SSH_TARGET_PREFIX, TARGET_FORMS
 from vmtests.guest.targets import machine_from_target
 from vmtests.profiles import Profile, ProfileError, load_profile
 from vmtests.scenario.collection.redact import redact_text
@@ -34,7 +34,7 @@ REFERENCE_RESTART_SECONDS = 15.0
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``certify`` on the ``vmtests`` sub-command parser."""
     parser = commands.add_parser("certify", help="the hardware certification run (owner's gates)")
-    parser.add_argument("--target", default=REFERENCE_TARGET, help="qemu:reference | ssh://...")
+    parser.add_argument("--target", default=REFERENCE_TARGET, help=TARGET_FORMS)
     parser.add_argument("--profile", required=True, help="the configuration to certify (A)")
     parser.add_argument(
         "--ab", metavar="PROFILE", help="A/B against this profile (B), e.g. resident"
@@ -89,7 +89,7 @@ def _machine_options(args: argparse.Namespace) -> dict[str, object]:
     the key and known hosts for an ssh target."""
     ssh = {"identity_file": args.identity_file, "known_hosts": args.known_hosts}
     given = {name: value for name, value in ssh.items() if value is not None}
-    if given and not args.target.startswith("ssh://"):
+    if given and not args.target.startswith(SSH_TARGET_PREFIX):
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
         raise UsageError(f"{flags} apply to ssh:// targets only, not {args.target}")
     return {"memory_mb": GUEST_MEMORY_MB} if args.target == REFERENCE_TARGET else given
@@ -98,7 +98,7 @@ def _machine_options(args: argparse.Namespace) -> dict[str, object]:
 def _switcher(args: argparse.Namespace, profile: Profile) -> Switcher:
     """The reference guest's install step (the profile is its base: a host deployed with it),
     restarts left to the run; else the switch command; else no switch at all."""
-    if args.target.startswith("ssh://") and not args.hw_opt_in:
+    if args.target.startswith(SSH_TARGET_PREFIX) and not args.hw_opt_in:
         raise UsageError(
             f"--target {args.target} is a real host: certification restarts its serving "
             "unit and switches its configuration; pass --hw-opt-in to allow that"

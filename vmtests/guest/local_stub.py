@@ -164,14 +164,3 @@ class LocalStubServer:
         traceback: TracebackType | None,
     ) -> None:
         self.kill()
-
-
-def run_to_exit(
-    args: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 30.0
-) -> tuple[int, str]:
-    """Run a server that is expected to exit by itself (a refusal); return (status, output)."""
-    server = LocalStubServer(args, env).start()
-    try:
-        return server.wait_exit(timeout), server.output()
-    finally:
-        server.kill()

@@ -18,7 +18,7 @@ from vmtests.contracts.serving import SERVING_PORT
 from vmtests.driver.machine import Machine
 from vmtests.driver.qemu import QemuMachine
 from vmtests.driver.ssh import SshMachine
-from vmtests.guest import REFERENCE_TARGET
+from vmtests.guest import NIXOS_TARGET_PREFIX, REFERENCE_TARGET, SSH_TARGET_PREFIX, TARGET_FORMS
 
 _SSH_RE = re.compile(
     r"^ssh://(?:(?P<user>[^@/]+)@)?(?P<host>\[[^\]]+\]|[^:/]+)(?::(?P<port>\d+))?/?$"
@@ -96,8 +96,8 @@ def machine_from_target(target: str, state_dir: Path, **options: Any) -> Machine
             forward_ports=tuple(chosen.pop("forward_ports", (SERVING_PORT,))),
             **chosen,
         )
-    if target.startswith("qemu-nixos:"):
-        script = Path(target.removeprefix("qemu-nixos:")).expanduser()
+    if target.startswith(NIXOS_TARGET_PREFIX):
+        script = Path(target.removeprefix(NIXOS_TARGET_PREFIX)).expanduser()
         if not script.is_file():
             raise TargetError(f"{target}: no run-vm script at {script}")
         chosen = _pick(options, QEMU_OPTIONS, target)
@@ -109,11 +109,8 @@ def machine_from_target(target: str, state_dir: Path, **options: Any) -> Machine
             forward_ports=tuple(chosen.pop("forward_ports", (SERVING_PORT,))),
             **chosen,
         )
-    if target.startswith("ssh://"):
+    if target.startswith(SSH_TARGET_PREFIX):
         user, host, port = parse_ssh_target(target)
         chosen = _pick(options, SSH_OPTIONS, target)
         return SshMachine(host=host, port=port, user=user or "root", **chosen)
-    raise TargetError(
-        f"unknown target {target!r}: use qemu:reference, qemu-nixos:<run-vm script> "
-        "or ssh://[user@]host[:port]"
-    )
+    raise TargetError(f"unknown target {target!r}: use {TARGET_FORMS}")

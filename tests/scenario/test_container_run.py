@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from vmtests.contracts.findings import Check
 from vmtests.scenario.collection.collect import FILE_MARK, MARK, parse_snapshot
 from vmtests.scenario.collection.redact import REDACTED, redact_text
 from vmtests.scenario.collection.snapshot import Snapshot
@@ -56,7 +57,7 @@ def _snapshot(script: str | None, inspect: str) -> Snapshot:
 
 def _failed(script: str | None, inspect: str | None = None) -> list[str]:
     results = check_restarted_after_change(_snapshot(script, inspect or _inspect()))
-    assert {result.check for result in results} == {"source.not-restarted"}
+    assert {result.check for result in results} == {Check.NOT_RESTARTED}
     return [result.message for result in failures(results)]
 
 

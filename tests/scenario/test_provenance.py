@@ -114,7 +114,7 @@ def test_a_serving_variable_in_the_manager_environment_still_fails() -> None:
     assert snapshot.server is not None
     snapshot.server.environment["VLLM_USE_V1"] = "1"
     bad = failures(evaluate_stage(CFX, snapshot))
-    assert [r.check for r in bad] == ["source.manager-environment"]
+    assert [r.check for r in bad] == [Check.MANAGER_ENVIRONMENT]
 
 
 def test_an_unrelated_runtime_drop_in_is_information_only() -> None:
@@ -135,7 +135,7 @@ def test_a_serving_runtime_drop_in_still_fails() -> None:
     snapshot.unit.properties["DropInPaths"] = drop_in
     snapshot.unit.files[drop_in] = '[Service]\nEnvironment="TT_LOGGER_LEVEL=debug"\n'
     bad = failures(evaluate_stage(CFX, snapshot))
-    assert [r.check for r in bad] == ["source.runtime-drop-in"]
+    assert [r.check for r in bad] == [Check.RUNTIME_DROP_IN]
 
 
 def test_sourced_files_of_a_script() -> None:

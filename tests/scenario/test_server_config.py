@@ -8,6 +8,7 @@ import pytest
 import requests
 from scenario_support import CACHE_CONFIG_INFO, ENGINE_LINE, good_snapshot
 
+from vmtests.contracts.findings import Check
 from vmtests.guest.local_stub import LocalStubServer
 from vmtests.profiles.loader import load_profile
 from vmtests.scenario.collection.collect import MARK, parse_snapshot
@@ -45,7 +46,7 @@ def test_argv_and_banners_claim_prefix_caching_but_the_engine_has_it_off() -> No
     snapshot = _with_journal(snapshot, "enable_prefix_caching=True", "enable_prefix_caching=False")
     results = evaluate_stage(CFX, snapshot)
     bad = failures(results)
-    assert {r.check for r in bad} == {"server.cache-config"}, bad
+    assert {r.check for r in bad} == {Check.SERVER_CACHE_CONFIG}, bad
     assert [r.subject for r in bad] == ["enable_prefix_caching", "mamba_cache_mode"]
     assert bad[0].message.endswith(
         "profile cfx-llm2: the running server's own cache config says enable_prefix_caching="

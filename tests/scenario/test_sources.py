@@ -104,12 +104,12 @@ def test_correct_snapshot_has_durable_sources() -> None:
     results = check_sources(good_snapshot(), GIB_KIB)
     assert failures(results) == []
     assert {r.check for r in results} >= {
-        "source.runtime-unit-file",
-        "source.manager-environment",
-        "source.not-restarted",
-        "source.outside-unit",
-        "source.not-enabled",
-        "source.hugepages",
+        Check.RUNTIME_UNIT_FILE,
+        Check.MANAGER_ENVIRONMENT,
+        Check.NOT_RESTARTED,
+        Check.OUTSIDE_UNIT,
+        Check.NOT_ENABLED,
+        Check.HUGEPAGE_SOURCE,
     }
 
 
@@ -187,14 +187,14 @@ def _container_snapshot(live_argv: list[str]) -> Snapshot:
 
 def test_container_launcher_matching_the_start_script_passes() -> None:
     snapshot = _container_snapshot(["docker", "run", "--name=x", "img", "--a", "1"])
-    results = [r for r in check_sources(snapshot, GIB_KIB) if r.check == "source.not-restarted"]
+    results = [r for r in check_sources(snapshot, GIB_KIB) if r.check == Check.NOT_RESTARTED]
     assert [r.ok for r in results] == [True]
 
 
 def test_container_launcher_older_than_the_start_script_is_caught() -> None:
     snapshot = _container_snapshot(["docker", "run", "--name=x", "img", "--a", "0"])
     found = failures(check_sources(snapshot, GIB_KIB))
-    messages = [r.message for r in found if r.check == "source.not-restarted"]
+    messages = [r.message for r in found if r.check == Check.NOT_RESTARTED]
     assert len(messages) == 1
     assert "runs `docker run --name=x img --a 0`" in messages[0]
     assert "ExecStart is now `docker run --name=x img --a 1`" in messages[0]
@@ -205,7 +205,7 @@ def test_no_live_process_is_no_pass() -> None:
     snapshot = good_snapshot()
     snapshot.main_process = None
     found = [
-        r for r in failures(check_sources(snapshot, GIB_KIB)) if r.check == "source.not-restarted"
+        r for r in failures(check_sources(snapshot, GIB_KIB)) if r.check == Check.NOT_RESTARTED
     ]
     assert len(found) == 1
     assert "no live process" in found[0].message

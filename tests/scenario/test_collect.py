@@ -168,6 +168,21 @@ def test_redaction_helpers() -> None:
     )
 
 
+def test_redaction_of_dict_reprs_bearer_headers_and_multi_value_flags() -> None:
+    # vLLM logs its arguments as a dict, the --api-key values included.
+    line = "non-default args: {'api_key': ['k-one', 'k-two'], 'max_num_seqs': 32, 'port': 8000}"
+    assert redact_text(line) == (
+        f"non-default args: {{'api_key': '{REDACTED}', 'max_num_seqs': 32, 'port': 8000}}"
+    )
+    # JSON keeps parsing, and a figure under a secret-looking name is never hidden.
+    document = json.loads(redact_text('{"api_key": "k", "prompt_tokens": 12, "tokens": [1, 2]}'))
+    assert document == {"api_key": REDACTED, "prompt_tokens": 12, "tokens": [1, 2]}
+    assert redact_text("Authorization: Bearer k-3.x") == f"Authorization: Bearer {REDACTED}"
+    assert redact_argv(["serve", "--api-key", "a", "b", "--port", "8000"]) == [
+        "serve", "--api-key", REDACTED, REDACTED, "--port", "8000",
+    ]  # fmt: skip
+
+
 DOCKER_INSPECT_SAMPLE = Path(__file__).with_name("data") / "docker-inspect-tenstorrent-serving.json"
 
 

@@ -16,8 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from vmtests.contracts.findings import Check, Reason
+from vmtests.contracts.serving import API_KEY_VARIABLE
+from vmtests.guest.local_stub import LocalStubServer
 from vmtests.scenario.collection.collect import parse_snapshot, snapshot_command
 from vmtests.scenario.collection.snapshot import Snapshot
+from vmtests.scenario.judgement.checks import check_service
+from vmtests.stub import knobs
 
 UNIT = "tenstorrent-serving.service"
 HUGEPAGES = "tenstorrent-hugepages.service"
@@ -82,9 +87,14 @@ def _machine(tmp_path: Path) -> tuple[dict[str, dict[str, object]], Path]:
     return table, fragment
 
 
-def _run(tmp_path: Path, table: dict[str, dict[str, object]]) -> tuple[Snapshot, str, list[str]]:
+def _run(
+    tmp_path: Path,
+    table: dict[str, dict[str, object]],
+    port: int = 8000,
+    api_key_file: str | None = None,
+) -> tuple[Snapshot, str, list[str]]:
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     (tmp_path / "table.json").write_text(json.dumps(table))
     calls = tmp_path / "calls.log"
     fake = bin_dir / "systemctl"
@@ -95,15 +105,17 @@ def _run(tmp_path: Path, table: dict[str, dict[str, object]]) -> tuple[Snapshot,
     )
     fake.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    script = snapshot_command(UNIT, port, HUGEPAGES, None, card=False, api_key_file=api_key_file)
     done = subprocess.run(
-        ["sh", "-c", snapshot_command(UNIT, 8000, HUGEPAGES, None, card=False)],
+        ["sh", "-c", script],
         capture_output=True,
         text=True,
         env=env,
         timeout=60,
         check=False,
     )
-    snapshot = parse_snapshot(done.stdout, "S1", 8000)
+    snapshot = parse_snapshot(done.stdout, "S1", port)
+    snapshot.api_key_file = api_key_file or ""
     return snapshot, done.stdout, calls.read_text().splitlines()
 
 
@@ -160,3 +172,41 @@ def test_the_hugepage_unit_comes_from_its_own_show(
     hugepage_unit = snapshot.hugepages.unit
     assert hugepage_unit.prop("UnitFileState") == "enabled"
     assert list(hugepage_unit.files) == [str(tmp_path / "tenstorrent-hugepages.service")]
+
+
+def test_v1_requests_carry_the_api_key_from_its_file(tmp_path: Path) -> None:
+    """Against a stub that wants a key: without the file, /v1/models gives 401 and the check
+    says what to do; with an environment file or a bare key file it passes; the key never
+    appears in what the script prints."""
+    key = "sk-test-0123456789"
+    table, _ = _machine(tmp_path)
+    env_file = tmp_path / "vllm.env"
+    env_file.write_text(f"OTHER=1\n{API_KEY_VARIABLE}={key}\n")
+    bare = tmp_path / "api-key"
+    bare.write_text(key + "\n")
+    args = ["--model", "/models/qwen36", "--served-model-name", "qwen36"]
+    env = {API_KEY_VARIABLE: key, knobs.DEVICES: "/dev/null", knobs.TIME_SCALE: "0.002"}
+    server = LocalStubServer(args, env)
+    with server:
+        server.wait_ready(30)
+        without, _, _ = _run(tmp_path, table, server.port)
+        results = {
+            name: _run(tmp_path, table, server.port, str(path))
+            for name, path in (("env", env_file), ("bare", bare), ("missing", tmp_path / "nope"))
+        }
+    assert without.health.status == 200  # /health is open
+    models = [r for r in check_service(without) if r.check == Check.SERVICE_MODELS]
+    assert models[0].reason == Reason.UNAUTHORIZED
+    assert "401 Unauthorized: the server requires an API key" in models[0].message
+    assert "api_key_file=" in models[0].message
+    for name in ("env", "bare"):
+        snapshot, output, _ = results[name]
+        assert snapshot.models.status == 200, (name, snapshot.models)
+        assert snapshot.errors == [], snapshot.errors
+        assert key not in output
+    missing, _, _ = results["missing"]
+    assert missing.models.status == 401
+    assert any("API key file" in error for error in missing.errors)
+    refused = next(r for r in check_service(missing) if r.check == Check.SERVICE_MODELS)
+    assert refused.reason == Reason.UNAUTHORIZED
+    assert "with the API key in" in refused.message

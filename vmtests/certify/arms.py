@@ -110,6 +110,7 @@ def switch_to(
     port: int,
     reason: str,
     container: str | None = None,
+    api_key_file: str | None = None,
 ) -> SwitchRecord:
     """Switch to ``config`` (restarting through the unit, checked, when the switch does not
     restart it itself), wait, and verify it is live."""
@@ -130,7 +131,12 @@ def switch_to(
         record.failures += [f"the unit's main process was killed: {k}" for k in record.kills]
     # verify() reads the service, the profile and the banner digest, not the card.
     snapshot = take_snapshot(
-        machine, f"switch to {config.name}", port=port, container=container, card=False
+        machine,
+        f"switch to {config.name}",
+        port=port,
+        container=container,
+        card=False,
+        api_key_file=api_key_file,
     )
     record.digest = hostops.config_digest(snapshot)
     record.failures += verify(config, snapshot)

@@ -79,6 +79,7 @@ class Context:
     container: str | None = None
     current: str = ""
     report_dir: Path | None = None
+    api_key_file: str | None = None
     golden_problems: list[str] = field(default_factory=list)
 
     def judge(self, record: RequestRecord, request: RequestSpec) -> None:
@@ -126,6 +127,7 @@ class Context:
             port=self.port,
             reason=reason,
             container=self.container,
+            api_key_file=self.api_key_file,
         )
         self.current = config.name
         self.result.switches.append(record)

@@ -38,7 +38,12 @@ def preflight(ctx: Context) -> GateResult:
         gate.error(f"only {disk:.2f} GiB free on /, below {options.min_disk_gib:.1f} GiB")
     # tt-smi runs once, below, as hostops.tt_smi_snapshot (its JSON); not in the snapshot too.
     snapshot = take_snapshot(
-        machine, "preflight", port=ctx.port, container=ctx.container, card=False
+        machine,
+        "preflight",
+        port=ctx.port,
+        container=ctx.container,
+        card=False,
+        api_key_file=ctx.api_key_file,
     )
     smi: dict[str, object] = {}
     try:

@@ -125,7 +125,11 @@ class LoadGenerator:
     """Sends streamed chat requests to ``base_url``; thread-safe."""
 
     def __init__(
-        self, base_url: str, model: str | None = None, timeout: float = DEFAULT_REQUEST_TIMEOUT
+        self,
+        base_url: str,
+        model: str | None = None,
+        timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        api_key: str | None = None,
     ) -> None:
         parts = urlsplit(base_url)
         if parts.scheme != "http" or not parts.hostname:
@@ -135,6 +139,8 @@ class LoadGenerator:
         self.model = model
         self.timeout = timeout
         self.origin = time.perf_counter()
+        # vLLM's --api-key wants ``Authorization: Bearer <key>`` on every /v1 request.
+        self._auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
     def _connection(self) -> http.client.HTTPConnection:
         return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
@@ -143,7 +149,7 @@ class LoadGenerator:
         """A plain GET (``/metrics``, ``/version``, ``/v1/models``): status and body."""
         connection = self._connection()
         try:
-            connection.request("GET", path)
+            connection.request("GET", path, headers=self._auth)
             response = connection.getresponse()
             return response.status, response.read().decode("utf-8", errors="replace")
         finally:
@@ -160,9 +166,8 @@ class LoadGenerator:
         pieces: list[str] = []
         first = last = None
         try:
-            connection.request(
-                "POST", CHAT_PATH, body=payload, headers={"Content-Type": "application/json"}
-            )
+            headers = {"Content-Type": "application/json", **self._auth}
+            connection.request("POST", CHAT_PATH, body=payload, headers=headers)
             response = connection.getresponse()
             record.status = response.status
             if response.status != 200:

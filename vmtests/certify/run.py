@@ -29,15 +29,19 @@ from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
 from vmtests.profiles import Profile
+from vmtests.scenario.collection.collect import read_api_key
 from vmtests.scenario.collection.redact import redact_text
 from vmtests.scenario.install.switching import Switcher
+from vmtests.scenario.judgement.checks import unauthorized_message
 
 
-def _server_identity(generator: LoadGenerator) -> tuple[str, str]:
+def _server_identity(generator: LoadGenerator, api_key_file: str | None) -> tuple[str, str]:
     """(server key for the golden store, served model name) from /version and /v1/models."""
     status, body = generator.get("/version")
     version = json.loads(body).get("version", "?") if status == 200 else "?"
     status, body = generator.get("/v1/models")
+    if status == 401:
+        raise RuntimeError(unauthorized_message("/v1/models", api_key_file or ""))
     models = json.loads(body).get("data", []) if status == 200 else []
     model = models[0] if models else {}
     model_id, root = str(model.get("id", "?")), str(model.get("root", "?"))
@@ -120,8 +124,13 @@ def certify(
     port: int = SERVING_PORT,
     container: str | None = SERVING_CONTAINER,
     golden_dir: Path = GOLDEN_DIR,
+    api_key_file: str | None = None,
 ) -> CertificationResult:
-    """Run the certification on a started ``machine``; the certificate is always written."""
+    """Run the certification on a started ``machine``; the certificate is always written.
+
+    ``api_key_file`` names the file on the machine holding the server's API key: every request
+    then carries it as a bearer token (vLLM ``--api-key``).
+    """
     options = options or Options()
     result = CertificationResult(profile.name, target, ab_profile.name if ab_profile else None)
     result.options = {**asdict(options), "partial": bool(options.only), "record_golden": record}
@@ -130,15 +139,16 @@ def certify(
     try:
         base = Configuration.of(profile)
         arm_b = Configuration.of(ab_profile) if ab_profile else None
+        api_key = read_api_key(machine, api_key_file) if api_key_file else None
         with serving_endpoint(machine, port) as url:
-            generator = LoadGenerator(url)
-            key, model = _server_identity(generator)
+            generator = LoadGenerator(url, api_key=api_key)
+            key, model = _server_identity(generator, api_key_file)
             generator.model = model
             store = GoldenStore(profile.name, key, golden_dir)
             ctx = Context(
                 machine, generator, switcher, base, result, options,
                 golden=None if record else store, port=port, arm_b=arm_b, container=container,
-                report_dir=report_dir,
+                report_dir=report_dir, api_key_file=api_key_file,
             )  # fmt: skip
             _run(ctx, store, record)
             if result.status != RunStatus.REFUSED:

@@ -54,6 +54,7 @@ class Reason(StrEnum):
     INCOMPLETE_SNAPSHOT = "incomplete-snapshot"
     NOT_ACTIVE = "not-active"
     NOT_ANSWERING = "not-answering"
+    UNAUTHORIZED = "unauthorized"  # 401 under /v1: the server wants an API key (or another one)
     NOT_A_MODEL_LIST = "not-a-model-list"
     NO_MODEL = "no-model"
     NOT_READY = "not-ready"

@@ -80,3 +80,15 @@ class Hugepages:
         if int(str(data["sizeKiB"])) != pages.size_kib:
             raise ValueError(f"the Nix core's hugepages {dict(data)} disagree on the page size")
         return pages
+
+
+API_KEY_VARIABLE = "VLLM_API_KEY"
+"""The variable vLLM reads its API key from when no ``--api-key`` is given (vLLM ``envs.py``);
+tt-inference-server's entrypoint sets it, or derives it from ``JWT_SECRET``
+(tt-inference-server ``vllm-tt-metal/src/run_vllm_api_server.py``, ``handle_secrets``)."""
+
+API_KEY_GUARDED_PREFIX = "/v1"
+"""With a key, vLLM answers 401 ``{"error": "Unauthorized"}`` to every path under ``/v1`` that
+lacks ``Authorization: Bearer <key>``; ``/health``, ``/metrics`` and ``/version`` stay open
+(vLLM 0.16 ``entrypoints/openai/server_utils.py``, ``AuthenticationMiddleware``). A probe of
+``/health`` therefore cannot tell whether a key is needed: ``/v1/models`` can."""

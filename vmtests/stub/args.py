@@ -80,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--disable-log-stats", action="store_true", default=False)
     parser.add_argument("--disable-log-requests", action="store_true", default=False)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    # FrontendArgs.api_key: list[str] | None (vLLM 0.16 entrypoints/openai/cli_args.py): one or
+    # more keys; each is accepted, and the option wins over $VLLM_API_KEY.
+    parser.add_argument("--api-key", nargs="+", default=None)
     return parser
 
 
@@ -110,6 +113,7 @@ class ServeArgs:
     disable_log_stats: bool
     disable_log_requests: bool
     gpu_memory_utilization: float
+    api_key: list[str] | None
 
     @property
     def model_path(self) -> str:

@@ -6,13 +6,16 @@ HTTP server, cap how many requests run at once (``--max-num-seqs``), the rest wa
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Generator
-from dataclasses import dataclass
+import secrets
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from vmtests.contracts.serving import API_KEY_GUARDED_PREFIX
 from vmtests.stub import openai_api
 from vmtests.stub.args import ServeArgs
 from vmtests.stub.engine import Engine, EngineRequest, RequestError, RequestStats
@@ -32,6 +35,25 @@ class ServingApp:
     args: ServeArgs
     active: ActiveFeatures
     printer: VllmLog
+    api_key_hashes: tuple[bytes, ...] = field(default=(), repr=False)
+    """sha256 of each accepted API key; empty: no key is required."""
+
+    def authorized(self, path: str, authorization: str | None) -> bool:
+        """vLLM's ``AuthenticationMiddleware`` (0.16 ``entrypoints/openai/server_utils.py``):
+        with keys, a path under ``/v1`` needs ``Authorization: Bearer <key>`` (the scheme in any
+        case); every other path is open."""
+        if not self.api_key_hashes or not path.startswith(API_KEY_GUARDED_PREFIX):
+            return True
+        scheme, _, key = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        digest = hashlib.sha256(key.encode()).digest()
+        return any(secrets.compare_digest(digest, known) for known in self.api_key_hashes)
+
+
+def api_key_hashes(keys: Sequence[str]) -> tuple[bytes, ...]:
+    """The hashes ``ServingApp`` compares against, for the non-empty ``keys``."""
+    return tuple(hashlib.sha256(key.encode()).digest() for key in keys if key)
 
 
 class StubHTTPServer(ThreadingHTTPServer):
@@ -95,10 +117,19 @@ class ServingHandler(BaseHTTPRequestHandler):
 
     # ---- routes ----------------------------------------------------------------------------
 
+    def _unauthorized(self, path: str) -> bool:
+        """Answer 401 as vLLM does when ``path`` needs a key the request lacks."""
+        if self.app.authorized(path, self.headers.get("Authorization")):
+            return False
+        self._send_json(401, {"error": "Unauthorized"})
+        return True
+
     def do_GET(self) -> None:
         """``/health``, ``/v1/models``, ``/version``, ``/metrics``."""
         path = self.path.split("?", 1)[0]
         app = self.app
+        if self._unauthorized(path):
+            return
         if path == "/health":
             status = 503 if app.engine.draining else 200
             self._send(status, b"", "application/json")
@@ -118,6 +149,8 @@ class ServingHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         """``/v1/completions`` and ``/v1/chat/completions``."""
         path = self.path.split("?", 1)[0]
+        if self._unauthorized(path):
+            return
         if path in GET_ROUTES:
             self._send_json(405, {"detail": "Method Not Allowed"})
             return

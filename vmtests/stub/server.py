@@ -3,7 +3,8 @@
 It prints the startup lines of the real stack (vLLM 0.16's log prefix and lines, see
 ``release.py``; one banner per qwen36 feature), refuses to start where the real stack refuses
 (``startup.py``, and the tool-parser checks below), then serves the
-OpenAI endpoints on ``--host``/``--port`` until SIGTERM or SIGINT, when it drains the requests in
+OpenAI endpoints on ``--host``/``--port`` (behind an API key when ``--api-key`` or
+``$VLLM_API_KEY`` gives one, as vLLM does) until SIGTERM or SIGINT, when it drains the requests in
 flight (at most ``VMTESTS_STUB_DRAIN_TIMEOUT`` s), logs the shutdown lines and exits 0.
 
 Exit status: 0 after a clean shutdown, 1 when startup is refused or fails, 2 for invalid
@@ -18,11 +19,12 @@ import threading
 import time
 from types import FrameType
 
+from vmtests.contracts.serving import API_KEY_VARIABLE
 from vmtests.stub import faults, knobs, latency, release, startup
 from vmtests.stub.args import ServeArgs, parse_args
 from vmtests.stub.engine import Engine
 from vmtests.stub.engine_config import cache_config, engine_config_line
-from vmtests.stub.http_handler import GET_ROUTES, ServingApp, StubHTTPServer
+from vmtests.stub.http_handler import GET_ROUTES, ServingApp, StubHTTPServer, api_key_hashes
 from vmtests.stub.prefix_cache import PrefixCache
 from vmtests.stub.vllm_log import ENGINE_CORE, VllmLog
 
@@ -167,7 +169,15 @@ def main(argv: list[str] | None = None) -> int:
         printer.error(refusal.source, refusal.message)
         return 1
     host = args.host or "0.0.0.0"
-    app = ServingApp(engine=engine, args=args, active=plan.active, printer=printer)
+    # --api-key wins over $VLLM_API_KEY (vLLM 0.16 entrypoints/openai/api_server.py).
+    keys = args.api_key or [env.get(API_KEY_VARIABLE, "")]
+    app = ServingApp(
+        engine=engine,
+        args=args,
+        active=plan.active,
+        printer=printer,
+        api_key_hashes=api_key_hashes(keys),
+    )
     try:
         server = StubHTTPServer((host, args.port), app)
     except OSError as error:

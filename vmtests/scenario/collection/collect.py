@@ -15,7 +15,13 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_PORT, SERVING_UNIT
+from vmtests.contracts.serving import (
+    API_KEY_VARIABLE,
+    HUGEPAGES_UNIT,
+    SERVING_PORT,
+    SERVING_UNIT,
+)
+from vmtests.driver.errors import DriverError
 from vmtests.driver.machine import Machine
 from vmtests.scenario.collection.redact import redact_argv, redact_environment, redact_text
 from vmtests.scenario.collection.snapshot import (
@@ -42,10 +48,24 @@ HUGEPAGE_UNIT_PROPERTIES = (
 )
 JOURNAL_FIELDS = "MESSAGE,_BOOT_ID,_SYSTEMD_INVOCATION_ID,INVOCATION_ID"
 CARD_NOT_ASKED = "tt-smi: not run (this snapshot was taken without the card)"
+API_KEY_READ = (
+    f'key=$(sed -n "s/^{API_KEY_VARIABLE}=//p" "$keyfile" | head -n1); '
+    '[ -n "$key" ] || key=$(head -n1 "$keyfile")'
+)
+"""Shell that sets ``$key`` from the file ``$keyfile``: the value of its ``VLLM_API_KEY=`` line
+(an environment file, as the container gets the key), else its first line (the key alone)."""
 
 _SCRIPT = r"""
-unit=$1; port=$2; hpunit=$3; container=$4; nlines=$5; card=$6
+unit=$1; port=$2; hpunit=$3; container=$4; nlines=$5; card=$6; keyfile=$7
 sec() { printf '\n%s%s\n' "$MARK" "$1"; }
+v1() {  # GET a /v1 path; with $keyfile, its API key as a bearer header, never on a command line
+  if [ -z "$keyfile" ]; then curl -sS -m 10 -w '\n%{http_code}' "http://127.0.0.1:$port$1" 2>&1
+  else
+    @API_KEY_READ@
+    printf 'header = "Authorization: Bearer %s"\n' "$key" \
+      | curl -sS -m 10 -K - -w '\n%{http_code}' "http://127.0.0.1:$port$1" 2>&1
+  fi
+}
 proc() {  # pid: argv, environment and cgroup of one process, base64
   [ -r "/proc/$1/cmdline" ] || return 0
   echo "pid $1"
@@ -114,8 +134,12 @@ journalctl --no-pager -b -1 -u "$unit" -o json --output-fields="$JFIELDS" 2>/dev
   | tail -n "$nlines"
 sec health
 curl -sS -m 10 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health" 2>&1
+sec api_key  # whether the API key file could be read (its content never leaves the machine)
+if [ -n "$keyfile" ]; then
+  if [ -r "$keyfile" ] && [ -s "$keyfile" ]; then echo read; else echo "$keyfile"; fi
+fi
 sec models
-curl -sS -m 10 -w '\n%{http_code}' "http://127.0.0.1:$port/v1/models" 2>&1
+v1 /v1/models
 sec metrics  # only the server's own cache config (vLLM v1/metrics/loggers.py), and the status
 curl -sS -m 10 -w '\n%{http_code}' "http://127.0.0.1:$port/metrics" 2>&1 \
   | grep -E '^vllm:cache_config_info[{ ]|^[0-9]{3}$|^curl:'
@@ -154,10 +178,16 @@ sec end
 
 
 def snapshot_command(
-    unit: str, port: int, hugepages_unit: str, container: str | None, card: bool = True
+    unit: str,
+    port: int,
+    hugepages_unit: str,
+    container: str | None,
+    *,
+    card: bool = True,
+    api_key_file: str | None = None,
 ) -> str:
     """The shell command that prints every section of a snapshot (``tt-smi`` only with
-    ``card``)."""
+    ``card``; ``/v1`` requests with the API key in ``api_key_file`` on the machine)."""
     variables = (
         f"MARK={shlex.quote(MARK)} FMARK={shlex.quote(FILE_MARK)} "
         f"UNITPROPS={shlex.quote(UNIT_PROPERTIES)} "
@@ -165,9 +195,28 @@ def snapshot_command(
         f"JFIELDS={shlex.quote(JOURNAL_FIELDS)} "
         f"NOCARD={shlex.quote(CARD_NOT_ASKED)}"
     )
-    values = (unit, port, hugepages_unit, container or "", JOURNAL_MAX_LINES, int(card))
+    values = (
+        unit, port, hugepages_unit, container or "", JOURNAL_MAX_LINES, int(card),
+        api_key_file or "",
+    )  # fmt: skip
     arguments = " ".join(shlex.quote(str(value)) for value in values)
-    return f"{variables} sh -c {shlex.quote(_SCRIPT)} vmtests-snapshot {arguments}"
+    script = _SCRIPT.replace("@API_KEY_READ@", API_KEY_READ)
+    return f"{variables} sh -c {shlex.quote(script)} vmtests-snapshot {arguments}"
+
+
+def read_api_key(machine: Machine, api_key_file: str) -> str:
+    """The API key held in ``api_key_file`` on ``machine`` (see ``API_KEY_READ``), for a client
+    on this side; ``DriverError`` when the file cannot be read or holds none."""
+    result = machine.execute(
+        f'keyfile=%s; [ -r "$keyfile" ] || exit 3; {API_KEY_READ}; printf %%s "$key"',
+        api_key_file,
+        timeout=30,
+    )
+    if result.rc != 0 or not result.stdout_text.strip():
+        raise DriverError(
+            f"the API key file {api_key_file} on {machine.name} is unreadable or empty"
+        )
+    return result.stdout_text.strip()
 
 
 def take_snapshot(
@@ -179,6 +228,7 @@ def take_snapshot(
     hugepages_unit: str = HUGEPAGES_UNIT,
     container: str | None = None,
     card: bool = True,
+    api_key_file: str | None = None,
     timeout: float = SNAPSHOT_TIMEOUT,
 ) -> Snapshot:
     """Record the live state of ``unit`` on ``machine`` as snapshot ``label`` (S0, S1, S2...).
@@ -187,14 +237,18 @@ def take_snapshot(
     process's argv and environment; without it the unit's MainPID is the serving process.
     ``card=False`` leaves out ``tt-smi`` (the card check then reports the card as not
     inspected): callers that never read the card save the longest part of the script
-    (docs/ci-time.md).
+    (docs/ci-time.md). ``api_key_file`` names the file on the machine holding the server's API
+    key (the key alone, or an environment file with ``VLLM_API_KEY=``): ``/v1`` requests send
+    it as a bearer token.
     """
     start = time.monotonic()
-    result = machine.execute(
-        snapshot_command(unit, port, hugepages_unit, container, card), timeout=timeout
+    command = snapshot_command(
+        unit, port, hugepages_unit, container, card=card, api_key_file=api_key_file
     )
+    result = machine.execute(command, timeout=timeout)
     snapshot = parse_snapshot(result.stdout_text, label, port)
     snapshot.unit.name, snapshot.hugepages.unit.name = unit, hugepages_unit
+    snapshot.api_key_file = api_key_file or ""
     if result.rc != 0:
         snapshot.errors.append(f"snapshot script exited {result.rc}: {result.stderr_text[-500:]}")
     if container is not None and snapshot.container is None:
@@ -245,6 +299,9 @@ def parse_snapshot(output: str, label: str, port: int = SERVING_PORT) -> Snapsho
     snapshot.listener = _process(sections.get("listener", ""), "listener")
     snapshot.journal = list(_journal(sections.get("journal", "")))
     snapshot.earlier_journal = list(_journal(sections.get("earlier_journal", "")))
+    key_file = sections.get("api_key", "").strip()
+    if key_file and key_file != "read":
+        snapshot.errors.append(f"the API key file {key_file} is unreadable or empty")
     snapshot.health = _endpoint(f"http://127.0.0.1:{port}/health", sections.get("health", ""))
     snapshot.models = _endpoint(
         f"http://127.0.0.1:{port}/v1/models", sections.get("models", ""), with_body=True

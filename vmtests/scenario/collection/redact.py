@@ -27,6 +27,16 @@ _FLAG = re.compile(
     r"(?P<flag>--[A-Za-z0-9][A-Za-z0-9_-]*)(?P<sep>=|(?:\s|\\\n)+)"
     r"(?P<value>\"[^\"]*\"|'[^']*'|[^\s\"']+)"
 )
+# 'name': 'value' / "name": ["a", "b"] inside a Python dict repr or JSON: vLLM logs its
+# ``non-default args`` as a dict, ``'api_key': ['...']`` included (vLLM
+# ``entrypoints/utils.py``, ``log_non_default_args``). Only string values: never a figure.
+_STRING = r"(?:'[^']*'|\"[^\"]*\")"
+_ITEM = re.compile(
+    r"(?P<q>['\"])(?P<name>[A-Za-z_][A-Za-z0-9_-]*)(?P=q)(?P<sep>\s*:\s*)"
+    rf"(?P<value>{_STRING}|\[\s*{_STRING}(?:\s*,\s*{_STRING})*\s*\])"
+)
+# An HTTP bearer credential (``Authorization: Bearer <key>``), whatever carries it.
+_BEARER = re.compile(r"(?P<scheme>\bBearer\s+)(?P<value>[^\s\"',;]+)", re.IGNORECASE)
 
 
 def is_secret_name(name: str) -> bool:
@@ -42,21 +52,25 @@ def redact_environment(environment: Mapping[str, str]) -> dict[str, str]:
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
-    """A copy of ``argv`` where the value of every secret-named flag is replaced."""
+    """A copy of ``argv`` where the value of every secret-named flag is replaced.
+
+    A secret flag's values are every word up to the next flag: ``--api-key`` takes one or more
+    keys (vLLM ``entrypoints/openai/cli_args.py``), as argparse reads it.
+    """
     result: list[str] = []
-    hide_next = False
+    hiding = False
     for token in argv:
-        if hide_next:
+        if hiding and not token.startswith("-"):
             result.append(REDACTED)
-            hide_next = False
             continue
+        hiding = False
         flag, equals, _ = token.partition("=")
         if token.startswith("--") and is_secret_name(flag):
             if equals:
                 result.append(f"{flag}={REDACTED}")
             else:
                 result.append(token)
-                hide_next = True
+                hiding = True
             continue
         result.append(token)
     return result
@@ -79,4 +93,12 @@ def redact_text(text: str) -> str:
             return match[0]
         return f"{match['flag']}{match['sep']}{REDACTED}"
 
+    def item(match: re.Match[str]) -> str:
+        if not is_secret_name(match["name"]):
+            return match[0]
+        quote = match["q"]
+        return f"{quote}{match['name']}{quote}{match['sep']}{quote}{REDACTED}{quote}"
+
+    text = _BEARER.sub(lambda match: f"{match['scheme']}{REDACTED}", text)
+    text = _ITEM.sub(item, text)
     return _FLAG.sub(flag, _ASSIGNMENT.sub(assignment, text))

@@ -166,6 +166,8 @@ class Snapshot:
     hugepages: HugepageState = field(default_factory=HugepageState)
     generations: dict[str, str] = field(default_factory=dict)
     port: int = SERVING_PORT
+    api_key_file: str = ""
+    """The file on the machine whose API key the ``/v1`` requests sent (``""``: none)."""
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
 

@@ -344,8 +344,25 @@ def check_service(snapshot: Snapshot) -> list[CheckResult]:
     return results
 
 
+def unauthorized_message(url: str, api_key_file: str) -> str:
+    """What a 401 from a ``/v1`` path means, and what to do about it."""
+    if api_key_file:
+        return (
+            f"GET {url} gave 401 Unauthorized with the API key in {api_key_file}: the server "
+            "expects another key (vLLM --api-key or $VLLM_API_KEY in the container)"
+        )
+    return (
+        f"GET {url} gave 401 Unauthorized: the server requires an API key (vLLM --api-key or "
+        "$VLLM_API_KEY, set by tt-inference-server from VLLM_API_KEY or JWT_SECRET); give the "
+        "file on the host that holds it: api_key_file=<path> (target option or --host-config)"
+    )
+
+
 def _models_result(snapshot: Snapshot) -> CheckResult:
     stage, models = snapshot.label, snapshot.models
+    if models.status == 401:
+        message = unauthorized_message(models.url, snapshot.api_key_file)
+        return failed(stage, Check.SERVICE_MODELS, models.url, Reason.UNAUTHORIZED, message)
     if models.status != 200:
         return failed(
             stage,

@@ -84,8 +84,9 @@ class Scenario:
     """Runs the scenario on one machine; ``result`` is valid at every moment.
 
     ``base_profile``, when given, is checked at S0 (the base must really be the base);
-    ``container`` names the serving container the snapshots inspect; ``start_machine=False``
-    runs on a machine already started.
+    ``container`` names the serving container the snapshots inspect; ``api_key_file`` the file
+    on the machine holding the server's API key; ``start_machine=False`` runs on a machine
+    already started.
     """
 
     machine: Machine
@@ -97,6 +98,7 @@ class Scenario:
     port: int = SERVING_PORT
     container: str | None = None
     start_machine: bool = True
+    api_key_file: str | None = None
     result: ScenarioResult = field(init=False)
 
     def __post_init__(self) -> None:
@@ -123,7 +125,13 @@ class Scenario:
     def snapshot(self, label: str) -> Snapshot:
         """Take and keep snapshot ``label``."""
         with self.step(f"snapshot {label}"):
-            snap = take_snapshot(self.machine, label, port=self.port, container=self.container)
+            snap = take_snapshot(
+                self.machine,
+                label,
+                port=self.port,
+                container=self.container,
+                api_key_file=self.api_key_file,
+            )
             self.result.snapshots[label] = snap
             for error in snap.errors:
                 log.warning(f"{label}: {error}")

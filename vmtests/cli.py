@@ -138,7 +138,7 @@ def _machine(target: str, state_dir: Path) -> Iterator[Machine]:
             close()
 
 
-def _print_outcome(result: ScenarioResult) -> None:
+def _print_outcome(result: ScenarioResult, report_dir: Path) -> None:
     failures = result.failures
     verdict = "PASSED" if result.ok else "FAILED"
     print(f"\n{verdict}: profile {result.profile.name} on {result.target}: ", end="")
@@ -147,6 +147,10 @@ def _print_outcome(result: ScenarioResult) -> None:
         print(f"  {redact_text(str(failure))}")
     if result.error:
         print(f"  run error: {redact_text(result.error)}")
+    if result.stopped_at:
+        print(f"  stopped after {result.stopped_at}: it failed, so the machine was not rebooted")
+    for stage in result.evidence:
+        print(f"  evidence of {stage}: {report_dir / 'evidence' / stage}/")
 
 
 def run_scenario_on(
@@ -168,7 +172,7 @@ def run_scenario_on(
     finally:
         paths = write_scenario_report(scenario.result, report_dir, machine)
         log.info(f"reports: {', '.join(str(path) for path in paths.values())}")
-    _print_outcome(scenario.result)
+    _print_outcome(scenario.result, report_dir)
     return scenario.result
 
 

@@ -94,7 +94,17 @@ def scenario_data(result: ScenarioResult) -> dict[str, Any]:
         "diffs": [{"field": d.field, "S1": d.before, "S2": d.after} for d in result.diffs],
         "snapshots": {label: snap.to_dict() for label, snap in result.snapshots.items()},
         "console_logs": result.console_logs,
+        "stopped_at": result.stopped_at,
+        "evidence": {
+            stage: [evidence_path(stage, name) for name in parts]
+            for stage, parts in result.evidence.items()
+        },
     }
+
+
+def evidence_path(stage: str, name: str) -> str:
+    """Where one part of a stage's evidence lands, relative to the report directory."""
+    return f"evidence/{stage}/{name}.txt"
 
 
 def _redacted(check: CheckResult) -> dict[str, Any]:
@@ -187,6 +197,18 @@ def markdown_summary(result: ScenarioResult, controls: Sequence[ControlOutcome] 
     lines += [f"- {redact_text(str(check))}" for check in result.failures] or ["- none"]
     if result.error:
         lines += ["", f"**Run error:** {redact_text(result.error)}"]
+    if result.stopped_at:
+        lines += [
+            "",
+            f"**Stopped after {result.stopped_at}:** it failed, so the machine was not "
+            "rebooted (a reboot cannot make a switch that did not take persist).",
+        ]
+    if result.evidence:
+        lines += ["", "## Evidence", ""]
+        lines += [
+            f"- {stage}: " + ", ".join(f"[{name}]({evidence_path(stage, name)})" for name in parts)
+            for stage, parts in result.evidence.items()
+        ]
     lines += ["", "## S1 / S2 differences in durable fields", ""]
     lines += [f"- `{d.field}`: S1 `{d.before!r}` / S2 `{d.after!r}`" for d in result.diffs] or [
         "- none"
@@ -276,6 +298,9 @@ def write_scenario_report(
     data = scenario_data(result)
     if controls:
         data["controls"] = [outcome.to_dict() for outcome in controls]
+    for stage, parts in result.evidence.items():
+        for name, text in parts.items():
+            write_atomic(directory / evidence_path(stage, name), redact_text(text))
     return {
         "json": write_atomic(directory / "report.json", json.dumps(data, indent=2, default=str)),
         "junit": write_atomic(directory / "junit.xml", junit_xml(result, controls)),

@@ -9,7 +9,7 @@ from scenario_support import EARLIER_BOOT, GIB_KIB, UNIT_FILE, good_snapshot
 
 from vmtests.contracts.findings import Check, Finding, Reason
 from vmtests.profiles import load_profile
-from vmtests.scenario.collection.snapshot import JournalLine, Snapshot
+from vmtests.scenario.collection.snapshot import CONTAINER_LOG, JournalLine, Snapshot
 from vmtests.scenario.judgement.checks import (
     check_consistency,
     check_evidence,
@@ -202,6 +202,19 @@ def test_banner_from_an_earlier_start_in_this_boot_does_not_count() -> None:
     assert [r.subject for r in found] == ["qwen36-sdpa-streaming"]
     assert found[0].reason == Reason.BANNER_EARLIER_START
     assert "earlier start of the unit (invocation an-earlier-invocation)" in found[0].message
+
+
+def test_a_banner_the_journal_lost_is_found_in_the_container_log() -> None:
+    snapshot = good_snapshot()
+    sdpa = [line for line in snapshot.journal if "SDPA streaming" in line.message]
+    _drop_lines("SDPA streaming")(snapshot)
+    assert [r.subject for r in failures(check_profile(CFX, snapshot))] == ["qwen36-sdpa-streaming"]
+    snapshot.container_log = [JournalLine(sdpa[0].message, source=CONTAINER_LOG)]
+    results = check_profile(CFX, snapshot)
+    assert failures(results) == []
+    found = next(r for r in results if r.subject == "qwen36-sdpa-streaming")
+    assert found.message.startswith("logged (in the container log): ")
+    assert failures(check_consistency(snapshot)) == []
 
 
 def test_consistency_banner_without_its_switch() -> None:

@@ -9,6 +9,7 @@ from typing import cast
 
 from scenario_support import good_snapshot
 
+from vmtests.contracts.findings import Check, Finding, Reason
 from vmtests.driver.machine import CommandResult, Machine
 from vmtests.scenario.collection.collect import (
     FILE_MARK,
@@ -23,14 +24,16 @@ from vmtests.scenario.collection.redact import (
     redact_environment,
     redact_text,
 )
-from vmtests.scenario.collection.snapshot import Snapshot
+from vmtests.scenario.collection.snapshot import CONTAINER_LOG, Snapshot
+from vmtests.scenario.judgement.checks import check_evidence
+from vmtests.scenario.judgement.results import failures
 
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def _output() -> str:
+def _output(extra_journal: tuple[dict[str, str], ...] = ()) -> str:
     cmdline = (
         b"\0".join(
             [
@@ -59,6 +62,7 @@ def _output() -> str:
             "_BOOT_ID": "0123456789abcdef0123456789abcdef",
             "_SYSTEMD_INVOCATION_ID": "inv1",
         },
+        *extra_journal,
     ]
     sections = {
         "boot_id": "01234567-89ab-cdef-0123-456789abcdef",
@@ -238,3 +242,61 @@ def test_a_container_asked_for_but_not_inspected_is_an_error() -> None:
     snapshot = take_snapshot(machine, "S1", container="tenstorrent-serving")
     assert snapshot.container is None
     assert any("tenstorrent-serving was not inspected" in error for error in snapshot.errors)
+
+
+SUPPRESSED = {
+    "MESSAGE": "Suppressed 1234 messages from tenstorrent-serving.service",
+    "_BOOT_ID": "0123456789abcdef0123456789abcdef",
+    "_SYSTEMD_INVOCATION_ID": "journald-own-invocation",
+    "N_DROPPED": "1234",
+    "OBJECT_SYSTEMD_INVOCATION_ID": "inv1",
+}
+
+
+class _Commands:
+    """A machine answering the snapshot script with ``snapshot`` and the container log
+    command with ``log``; records the commands it was sent."""
+
+    def __init__(self, snapshot: str, log: str) -> None:
+        self.answers = {"@@vmtests-section": snapshot, "logs --tail": log}
+        self.commands: list[str] = []
+        self.name = "fake"
+
+    def execute(self, command: str, *args: object, timeout: float) -> CommandResult:
+        self.commands.append(command)
+        output = next(text for key, text in self.answers.items() if key in command)
+        return CommandResult(command, 0, output.encode(), b"")
+
+
+def test_suppressed_lines_are_failed_evidence_and_the_container_log_is_read() -> None:
+    """journald's ``Suppressed N messages`` about the current start is failed evidence with its
+    message, and makes the snapshot read the container's own log, whose lines then count as
+    lines of the current start (marked as such)."""
+    log = "INFO qwen36: merge batch guard ON\nINFO --api-key sk-in-log\n"
+    fake = _Commands(_output((SUPPRESSED,)), log)
+    snapshot = take_snapshot(cast(Machine, fake), "S1", container="tenstorrent-serving")
+    assert len(fake.commands) == 2
+    assert [line.dropped for line in snapshot.suppressed()] == [1234]
+    suppressed = Finding(Check.SNAPSHOT_EVIDENCE, Reason.JOURNAL_SUPPRESSED)
+    (evidence,) = [r for r in failures(check_evidence(snapshot)) if r.finding == suppressed]
+    assert "Suppressed 1234 messages from tenstorrent-serving.service" in evidence.message
+    fallback = [line for line in snapshot.current_lines() if line.source == CONTAINER_LOG]
+    assert [line.message for line in fallback] == [
+        "INFO qwen36: merge batch guard ON",
+        f"INFO --api-key {REDACTED}",
+    ]
+    assert Snapshot.from_dict(snapshot.to_dict()).container_log == snapshot.container_log
+
+
+def test_no_suppression_means_no_container_log_unless_asked() -> None:
+    fake = _Commands(_output(), "a line\n")
+    machine = cast(Machine, fake)
+    assert take_snapshot(machine, "S1", container="tenstorrent-serving").container_log == []
+    assert len(fake.commands) == 1
+    # A suppression about an earlier start of the unit is not this start's concern.
+    earlier = {**SUPPRESSED, "OBJECT_SYSTEMD_INVOCATION_ID": "inv0"}
+    snapshot = take_snapshot(cast(Machine, _Commands(_output((earlier,)), "")), "S1")
+    assert snapshot.suppressed() == []
+    assert failures(check_evidence(snapshot)) == []
+    asked = take_snapshot(machine, "S1", container="tenstorrent-serving", container_log=True)
+    assert [line.message for line in asked.container_log] == ["a line"]

@@ -105,6 +105,25 @@ def test_interrupted_run_is_reported_as_such(tmp_path: Path) -> None:
     assert data["ok"] is False
 
 
+def test_evidence_lands_under_its_stage_redacted(tmp_path: Path) -> None:
+    result = _result(broken=True)
+    result.stopped_at = "S1"
+    result.evidence = {
+        "S1": {"journal-current-boot": "--api-key sk-secret-2 started\n", "tt-smi": "{}\n"}
+    }
+    data = json.loads(write_scenario_report(result, tmp_path)["json"].read_text())
+    assert data["evidence"] == {
+        "S1": ["evidence/S1/journal-current-boot.txt", "evidence/S1/tt-smi.txt"]
+    }
+    assert data["stopped_at"] == "S1"
+    journal = (tmp_path / "evidence/S1/journal-current-boot.txt").read_text()
+    assert "started" in journal
+    assert "sk-secret-2" not in journal
+    markdown = (tmp_path / "summary.md").read_text()
+    assert "[tt-smi](evidence/S1/tt-smi.txt)" in markdown
+    assert "**Stopped after S1:**" in markdown
+
+
 def test_controls_report_lists_undetected_controls(tmp_path: Path) -> None:
     masked = Finding(Check.HUGEPAGE_SOURCE, Reason.HUGEPAGE_UNIT_MASKED)
     outcomes = [

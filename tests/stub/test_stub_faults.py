@@ -59,6 +59,18 @@ def test_output_salt_changes_the_output_sha(start_server: StartServer) -> None:
     assert sha[0] != sha[1]
 
 
+def test_log_flood_comes_before_the_plugin_lines_and_banners(start_server: StartServer) -> None:
+    server = start_server(BASELINE_ARGS, {knobs.LOG_FLOOD: "300"})
+    lines = server.output().splitlines()
+    flood = [index for index, line in enumerate(lines) if "vmtests stub log flood" in line]
+    assert len(flood) == 300
+    assert "300/300" in lines[flood[-1]]
+    prefix = next(i for i, line in enumerate(lines) if "Automatic prefix caching is" in line)
+    args = next(i for i, line in enumerate(lines) if "non-default args" in line)
+    assert args < flood[0]
+    assert flood[-1] < prefix
+
+
 def _model(names: list[str], async_scheduling: bool, env: dict[str, str]) -> latency.LatencyModel:
     feature_env = {feature_table.env_name(name): feature_table.env_value(name) for name in names}
     active = features.resolve(

@@ -52,6 +52,7 @@ class Reason(StrEnum):
 
     # the snapshot and the service
     INCOMPLETE_SNAPSHOT = "incomplete-snapshot"
+    JOURNAL_SUPPRESSED = "journal-suppressed"  # journald's rate limit dropped the unit's lines
     NOT_ACTIVE = "not-active"
     NOT_ANSWERING = "not-answering"
     UNAUTHORIZED = "unauthorized"  # 401 under /v1: the server wants an API key (or another one)

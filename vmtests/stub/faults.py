@@ -2,7 +2,7 @@
 
 The faults imitate what the hardware tier has met (docs/requirements.md): an intermittent request
 failure under concurrency, degenerate output (``HT#3333...``), output whose sha changed, and a
-server that crashes, starts slowly or hangs.
+server that crashes, starts slowly, hangs, or logs so much at startup that journald drops lines.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ class Faults:
     crash_at_start: bool = False
     start_delay: float = 0.0
     hang: str = ""
+    log_flood: int = 0
     seed: int | None = None
     _rng: random.Random = field(init=False, repr=False)
     _lock: threading.Lock = field(init=False, repr=False, default_factory=threading.Lock)
@@ -50,6 +51,7 @@ class Faults:
             "crash_at_start": self.crash_at_start,
             "start_delay": self.start_delay,
             "hang": self.hang,
+            "log_flood": self.log_flood,
         }
         return {name: value for name, value in values.items() if value}
 
@@ -74,5 +76,6 @@ def from_environment(env: knobs.Environ) -> Faults:
         crash_at_start=knobs.env_flag(env, knobs.CRASH_AT_START),
         start_delay=knobs.env_float(env, knobs.START_DELAY, 0.0),
         hang=hang,
+        log_flood=int(knobs.env_float(env, knobs.LOG_FLOOD, 0.0)),
         seed=seed,
     )

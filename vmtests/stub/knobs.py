@@ -38,6 +38,9 @@ Faults (see ``faults.py``)
   ``VMTESTS_STUB_START_DELAY``  seconds to stall while "loading the model" before listening.
   ``VMTESTS_STUB_HANG``         ``start``: never finish startup; ``request``: accept requests but
                                 never produce a token (``/health`` stays 200).
+  ``VMTESTS_STUB_LOG_FLOOD``    a number of lines: a chatty startup, logged at once before the
+                                plugin's lines and the feature banners, so that journald's rate
+                                limit can swallow them (``Suppressed N messages from <unit>``).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ OUTPUT_SALT = "VMTESTS_STUB_OUTPUT_SALT"
 CRASH_AT_START = "VMTESTS_STUB_CRASH_AT_START"
 START_DELAY = "VMTESTS_STUB_START_DELAY"
 HANG = "VMTESTS_STUB_HANG"
+LOG_FLOOD = "VMTESTS_STUB_LOG_FLOOD"
 MODEL_CAPABILITIES = "VMTESTS_STUB_MODEL_CAPABILITIES"
 CAPABILITY_NAMES = ("supports_prefix_caching", "supports_async_decode")
 

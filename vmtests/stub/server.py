@@ -54,6 +54,13 @@ def _load(
     args: ServeArgs, env: knobs.Environ, printer: VllmLog, fault_knobs: faults.Faults
 ) -> tuple[Engine, startup.Plan]:
     """Everything between the argument dump and the HTTP bind; raises ``StartupRefused``."""
+    for number in range(1, fault_knobs.log_flood + 1):
+        # A chatty device start-up (tt-metal logs per core and per kernel on a real card).
+        printer.info(
+            "device",
+            f"vmtests stub log flood {number}/{fault_knobs.log_flood} ({knobs.LOG_FLOOD})",
+            role=ENGINE_CORE,
+        )
     plan = startup.decide(args, env, printer)
     engine = _build_engine(args, plan, env, fault_knobs)
     printer.info("engine", engine_config_line(args, plan), role=ENGINE_CORE)

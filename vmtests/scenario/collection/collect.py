@@ -25,6 +25,7 @@ from vmtests.driver.errors import DriverError
 from vmtests.driver.machine import Machine
 from vmtests.scenario.collection.redact import redact_argv, redact_environment, redact_text
 from vmtests.scenario.collection.snapshot import (
+    CONTAINER_LOG,
     ContainerState,
     Endpoint,
     HugepageState,
@@ -46,7 +47,17 @@ UNIT_PROPERTIES = (
 HUGEPAGE_UNIT_PROPERTIES = (
     "LoadState,UnitFileState,ActiveState,Result,FragmentPath,DropInPaths,WantedBy,NeedDaemonReload"
 )
-JOURNAL_FIELDS = "MESSAGE,_BOOT_ID,_SYSTEMD_INVOCATION_ID,INVOCATION_ID"
+JOURNAL_FIELDS = (
+    "MESSAGE,_BOOT_ID,_SYSTEMD_INVOCATION_ID,INVOCATION_ID,N_DROPPED,OBJECT_SYSTEMD_INVOCATION_ID"
+)
+CONTAINER_LOG_LINES = 20000
+CONTAINER_LOG_COMMAND = (
+    "if command -v docker >/dev/null; then docker logs --tail %s %s 2>&1; "
+    "else podman logs --tail %s %s 2>&1; fi"
+)
+"""The container's own log: with Docker's journald log driver (NixOS's default,
+``virtualisation.docker.logDriver``) it is read back from the journal, where dockerd's lines
+count against ``docker.service``'s rate limit, not the serving unit's."""
 CARD_NOT_ASKED = "tt-smi: not run (this snapshot was taken without the card)"
 API_KEY_READ = (
     f'key=$(sed -n "s/^{API_KEY_VARIABLE}=//p" "$keyfile" | head -n1); '
@@ -229,6 +240,7 @@ def take_snapshot(
     container: str | None = None,
     card: bool = True,
     api_key_file: str | None = None,
+    container_log: bool = False,
     timeout: float = SNAPSHOT_TIMEOUT,
 ) -> Snapshot:
     """Record the live state of ``unit`` on ``machine`` as snapshot ``label`` (S0, S1, S2...).
@@ -239,7 +251,9 @@ def take_snapshot(
     inspected): callers that never read the card save the longest part of the script
     (docs/ci-time.md). ``api_key_file`` names the file on the machine holding the server's API
     key (the key alone, or an environment file with ``VLLM_API_KEY=``): ``/v1`` requests send
-    it as a bearer token.
+    it as a bearer token. The container's own log is read (one more command) when journald
+    dropped lines of the unit's current start, or with ``container_log``: the banners are then
+    looked for there too.
     """
     start = time.monotonic()
     command = snapshot_command(
@@ -249,6 +263,8 @@ def take_snapshot(
     snapshot = parse_snapshot(result.stdout_text, label, port)
     snapshot.unit.name, snapshot.hugepages.unit.name = unit, hugepages_unit
     snapshot.api_key_file = api_key_file or ""
+    if container and (container_log or snapshot.suppressed()):
+        _read_container_log(machine, snapshot, container)
     if result.rc != 0:
         snapshot.errors.append(f"snapshot script exited {result.rc}: {result.stderr_text[-500:]}")
     if container is not None and snapshot.container is None:
@@ -258,6 +274,27 @@ def take_snapshot(
         )
     snapshot.seconds = time.monotonic() - start
     return snapshot
+
+
+def _read_container_log(machine: Machine, snapshot: Snapshot, container: str) -> None:
+    """Add the container's own log to ``snapshot`` (a failure becomes a snapshot error)."""
+    lines = CONTAINER_LOG_LINES
+    result = machine.execute(CONTAINER_LOG_COMMAND, lines, container, lines, container, timeout=60)
+    if result.rc != 0:
+        snapshot.errors.append(
+            f"the log of container {container} could not be read (rc={result.rc}): "
+            + redact_text(result.stdout_text[-300:])
+        )
+        return
+    snapshot.container_log = [
+        JournalLine(
+            redact_text(text),
+            boot_id=snapshot.boot_id,
+            invocation_id=snapshot.unit.invocation_id,
+            source=CONTAINER_LOG,
+        )
+        for text in result.stdout_text.splitlines()
+    ]
 
 
 def split_sections(output: str) -> dict[str, str]:
@@ -390,6 +427,7 @@ def _journal(text: str) -> Iterator[JournalLine]:
         message = entry.get("MESSAGE", "")
         if isinstance(message, list):  # journald sends non-UTF-8 messages as byte arrays
             message = bytes(message).decode("utf-8", errors="replace")
+        dropped = str(entry.get("N_DROPPED", "0"))
         yield JournalLine(
             message=redact_text(str(message)),
             boot_id=_dashed_uuid(str(entry.get("_BOOT_ID", ""))),
@@ -397,6 +435,8 @@ def _journal(text: str) -> Iterator[JournalLine]:
                 entry.get("_SYSTEMD_INVOCATION_ID") or entry.get("INVOCATION_ID") or ""
             ),
             timestamp_us=int(entry.get("__REALTIME_TIMESTAMP", 0) or 0),
+            dropped=int(dropped) if dropped.isdigit() else 0,
+            object_invocation_id=str(entry.get("OBJECT_SYSTEMD_INVOCATION_ID", "")),
         )
 
 

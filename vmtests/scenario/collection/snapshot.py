@@ -89,6 +89,10 @@ class ProcessState:
     cgroup: str = ""
 
 
+CONTAINER_LOG = "container log"
+"""``JournalLine.source`` of a line read from the container's own log (``docker logs``)."""
+
+
 @dataclass
 class ContainerState:
     """``docker/podman inspect`` of the serving container: its name (without Docker's leading
@@ -106,12 +110,19 @@ class ContainerState:
 
 @dataclass
 class JournalLine:
-    """One journal entry of the serving unit."""
+    """One journal entry of the serving unit (or, with ``source``, a line of another log)."""
 
     message: str
     boot_id: str = ""
     invocation_id: str = ""
     timestamp_us: int = 0
+    dropped: int = 0
+    """journald's ``N_DROPPED``: on its ``Suppressed N messages from <unit>`` line, how many
+    lines of the unit it dropped (systemd ``src/journal/journald-manager.c``)."""
+    object_invocation_id: str = ""
+    """``OBJECT_SYSTEMD_INVOCATION_ID``: the start of the unit a journald line is about."""
+    source: str = ""
+    """Where the line comes from: ``""`` the unit's journal, ``CONTAINER_LOG`` the container's."""
 
 
 @dataclass
@@ -157,6 +168,9 @@ class Snapshot:
     env_generators: list[str] = field(default_factory=list)  # system-environment-generators
     journal: list[JournalLine] = field(default_factory=list)
     earlier_journal: list[JournalLine] = field(default_factory=list)
+    container_log: list[JournalLine] = field(default_factory=list)
+    """The current container's own log (``docker logs``), read when journald dropped lines of
+    the unit (or when asked): the fallback source of the banners."""
     health: Endpoint = field(default_factory=lambda: Endpoint("/health"))
     models: Endpoint = field(default_factory=lambda: Endpoint("/v1/models"))
     # The vllm:cache_config_info sample(s) of /metrics: the server's own cache config.
@@ -190,15 +204,25 @@ class Snapshot:
         return dict(self.server.environment) if self.server else {}
 
     def current_lines(self) -> list[JournalLine]:
-        """Journal lines of this boot that belong to the unit's current start.
+        """Journal lines of this boot that belong to the unit's current start, then the lines
+        of the current container's own log when it was read (``container_log``).
 
         A line counts when its invocation ID is the unit's ``InvocationID``. If the journal
         carries no invocation IDs at all (old systemd), every line of this boot counts.
         """
         if not any(line.invocation_id for line in self.journal):
-            return list(self.journal)
+            return [*self.journal, *self.container_log]
         current = self.unit.invocation_id
-        return [line for line in self.journal if line.invocation_id == current]
+        lines = [line for line in self.journal if line.invocation_id == current]
+        return [*lines, *self.container_log]
+
+    def suppressed(self) -> list[JournalLine]:
+        """journald's ``Suppressed N messages from <unit>`` lines about the current start (or
+        about no known start): lines of the unit were dropped by the rate limit."""
+        current = {"", self.unit.invocation_id}
+        return [
+            line for line in self.journal if line.dropped and line.object_invocation_id in current
+        ]
 
     def older_lines(self) -> list[JournalLine]:
         """Lines of this boot from earlier starts of the unit, then lines of the previous boot."""
@@ -240,6 +264,7 @@ class Snapshot:
             container=container(data.get("container")),
             journal=[JournalLine(**line) for line in data.get("journal", [])],
             earlier_journal=[JournalLine(**line) for line in data.get("earlier_journal", [])],
+            container_log=[JournalLine(**line) for line in data.get("container_log", [])],
             health=Endpoint(**data["health"]),
             models=Endpoint(**data["models"]),
             metrics=Endpoint(**data.get("metrics", {"url": "/metrics"})),

@@ -211,7 +211,9 @@ def _banner_result(
     if expectation is not None:
         hits = [line for line in current if expectation.pattern.search(line.message)]
         if hits:
-            return passed(stage, row.check, row.subject, f"logged: {hits[-1].message.strip()}")
+            where = f" (in the {hits[-1].source})" if hits[-1].source else ""
+            message = f"logged{where}: {hits[-1].message.strip()}"
+            return passed(stage, row.check, row.subject, message)
         reason, history = _seen_earlier(expectation.pattern, older, snapshot)
         return failed(
             stage,
@@ -296,11 +298,11 @@ def check_consistency(snapshot: Snapshot) -> list[CheckResult]:
 def check_evidence(snapshot: Snapshot) -> list[CheckResult]:
     """Every part of the snapshot was read: a section that could not be collected (a tool
     missing from the PATH, a script that failed, a container that could not be inspected) is a
-    failure that names it, never a check that passes for want of evidence."""
+    failure that names it, never a check that passes for want of evidence. So is journald's
+    ``Suppressed N messages from <unit>`` about the unit's current start: its rate limit dropped
+    lines that may have held banners (the snapshot then also read the container's own log)."""
     stage = snapshot.label
-    if not snapshot.errors:
-        return [passed(stage, Check.SNAPSHOT_EVIDENCE, "snapshot", "every section was read")]
-    return [
+    results = [
         failed(
             stage,
             Check.SNAPSHOT_EVIDENCE,
@@ -310,6 +312,21 @@ def check_evidence(snapshot: Snapshot) -> list[CheckResult]:
         )
         for error in snapshot.errors
     ]
+    results += [
+        failed(
+            stage,
+            Check.SNAPSHOT_EVIDENCE,
+            f"journal of {snapshot.unit.name}",
+            Reason.JOURNAL_SUPPRESSED,
+            f"journald dropped {line.dropped} lines of {snapshot.unit.name} in its current start "
+            f"({line.message.strip()!r}): the unit logged faster than its rate limit "
+            "(journald.conf RateLimitIntervalSec=/RateLimitBurst=, or the unit's "
+            "LogRateLimitIntervalSec=/LogRateLimitBurst=), so banners may be missing from its "
+            "journal; the container's own log was read for them as well",
+        )
+        for line in snapshot.suppressed()
+    ]
+    return results or [passed(stage, Check.SNAPSHOT_EVIDENCE, "snapshot", "every section was read")]
 
 
 def check_service(snapshot: Snapshot) -> list[CheckResult]:

@@ -6,6 +6,10 @@
 - the reboot began a new boot (boot_id changed);
 - S2 satisfies the profile the same way and equals S1 on every durable field.
 
+A failed S1 ends the run there: a reboot cannot make a switch that did not take persist, and on a
+real host it would restart production on a broken configuration. Whenever a stage fails, or the
+run breaks, the evidence a person would ssh in for is collected (``evidence.py``) into the result.
+
 Banners count only from the unit's current start in the current boot (see ``Snapshot``). Every
 step is timed through the nested logger and in ``ScenarioResult.steps``; the result is filled
 as the run goes, so a caller can write a report from it even when the run fails or is
@@ -27,6 +31,7 @@ from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
 from vmtests.profiles import Profile
 from vmtests.scenario.collection.collect import take_snapshot
+from vmtests.scenario.collection.evidence import collect_evidence
 from vmtests.scenario.collection.snapshot import Snapshot
 from vmtests.scenario.install.switching import Switcher, wait_ready
 from vmtests.scenario.judgement.checks import check_profile, evaluate_stage
@@ -61,6 +66,10 @@ class ScenarioResult:
     expected_system: str | None = None
     accelerator: dict[str, str] = field(default_factory=dict)
     """Which accelerator ran a QEMU guest, which was asked for, and why (empty elsewhere)."""
+    stopped_at: str = ""
+    """The stage after which the run stopped early (``S1``: it failed, so no reboot)."""
+    evidence: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Per stage that failed (or ``error``), the evidence parts: name -> text."""
 
     @property
     def switched_system(self) -> str | None:
@@ -148,7 +157,7 @@ class Scenario:
                 )
             )
 
-    def _record(self, name: str, results: list[CheckResult]) -> None:
+    def _record(self, name: str, results: list[CheckResult], stage: str = "") -> None:
         with self.step(name):
             self.result.checks.extend(results)
             for result in results:
@@ -156,6 +165,17 @@ class Scenario:
                     log.warning(str(result))
             bad = sum(r.failed for r in results)
             log.info(f"{len(results)} checks, {bad} failed")
+        failed_here = any(r.failed for r in self.result.checks if r.stage == stage)
+        if stage and failed_here:
+            self.collect_evidence(stage)
+
+    def collect_evidence(self, stage: str) -> None:
+        """Collect the evidence for ``stage`` once (a failed stage, or ``error``)."""
+        if stage not in self.result.evidence:
+            with self.step(f"evidence {stage}"):
+                self.result.evidence[stage] = collect_evidence(
+                    self.machine, container=self.container
+                )
 
     def run(self) -> ScenarioResult:
         """Run every step; returns the result (also available as ``self.result``)."""
@@ -166,10 +186,12 @@ class Scenario:
         except KeyboardInterrupt:
             self.result.status = RunStatus.INTERRUPTED
             self.result.error = "interrupted (Ctrl-C)"
+            self.collect_evidence("interrupted")
             raise
         except Exception as error:
             self.result.status = RunStatus.ERROR
             self.result.error = f"{type(error).__name__}: {error}"
+            self.collect_evidence("error")
             raise
         finally:
             self._stop_metering()
@@ -200,7 +222,12 @@ class Scenario:
                 evaluate_stage(profile, s1)
                 + check_restarted(s0, s1)
                 + check_switched_system(s1, self.result.expected_system),
+                stage="S1",
             )
+            if self.result.failures:
+                self.result.stopped_at = "S1"
+                log.warning("S1 failed: the machine is not rebooted (the evidence is collected)")
+                return
             with self.step("reboot"):
                 self.machine.reboot()
                 self._wait_ready(
@@ -214,4 +241,5 @@ class Scenario:
                 evaluate_stage(profile, s2, previous=s1)
                 + check_rebooted(s1, s2)
                 + check_durable(s1, s2, profile),
+                stage="S2",
             )

@@ -1,15 +1,22 @@
-"""The ``vmtests`` command: ``run``, ``selftest``, ``certify``, ``bench`` and ``cache-key``.
+"""The ``vmtests`` command: ``check``, ``run``, ``selftest``, ``certify``, ``bench`` and
+``cache-key``.
 
-``vmtests run --profile P --target T`` runs the persistence scenario on one machine and writes
-reports; ``vmtests selftest`` runs it on fresh reference guests for the shipped production
-profiles, then the negative controls; ``vmtests certify`` is the hardware certification run
-(``vmtests.certify.command``, its own exit statuses); ``vmtests bench`` hands over to
-``vmtests.bench``; ``vmtests cache-key`` prints the digests and directories of the image cache
-(``vmtests.guest.cache_key``) without building, for CI caches.
+``vmtests check --profile P --target T`` checks a live machine against a profile, read-only (one
+snapshot; no switch, no reboot, no restart), optionally writing a Prometheus textfile;
+``vmtests run --profile P --target T`` runs the persistence scenario on one machine (preflight,
+switch, S1, reboot, S2; ``--plan`` prints it and changes nothing) and writes reports, going back
+to the generation it found when it fails (``--on-failure``); ``vmtests selftest`` runs it on
+fresh reference guests for the shipped production profiles, then the negative controls;
+``vmtests certify`` is the hardware certification run (``vmtests.certify.command``);
+``vmtests bench`` hands over to ``vmtests.bench``; ``vmtests cache-key`` prints the digests and
+directories of the image cache (``vmtests.guest.cache_key``) without building, for CI caches.
 
-Exit status: 0 when every check passed, 1 when a check failed or a control went undetected,
-2 for bad arguments or a missing profile, 3 when the run itself broke (a driver error), 130 on
-Ctrl-C. Reports are written in every case, including failures and interruptions.
+Exit status (``ExitStatus``): 0 when every check passed, 1 when a check failed or a control went
+undetected, 2 for bad arguments, a missing profile or a run the preflight refused, 3 when the
+run itself broke (a driver error), 130 on Ctrl-C. Reports are written in every case, including
+failures, refusals and interruptions. Per-host settings (timeouts, ssh options, the API key file,
+the container) come from the environment, ``--host-config`` and the target's query options
+(``vmtests.guest.host_settings``).
 """
 
 from __future__ import annotations
@@ -20,26 +27,32 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from vmtests.certify.command import add_parser as add_certify_parser
 from vmtests.certify.command import command_certify
 from vmtests.contracts.serving import SERVING_CONTAINER
-from vmtests.contracts.status import ExitStatus, UsageError
+from vmtests.contracts.settings import NO_CONTAINER, SettingError, Settings
+from vmtests.contracts.status import ExitStatus, RunStatus, UsageError
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
 from vmtests.guest import REFERENCE_TARGET, SSH_TARGET_PREFIX, TARGET_FORMS
 from vmtests.guest.cache_key import cached_builds, output_lines
-from vmtests.guest.image import install_ssh_key, write_guest_description
+from vmtests.guest.host_settings import resolve, ssh_options
+from vmtests.guest.image import install_ssh_key, is_reference_guest, write_guest_description
 from vmtests.guest.targets import TargetError, machine_from_target
 from vmtests.profiles import Profile, ProfileError, available_profiles, load_profile
-from vmtests.report import write_controls_report, write_scenario_report
+from vmtests.report import write_controls_report, write_prometheus, write_scenario_report
 from vmtests.scenario.collection.redact import redact_text
 from vmtests.scenario.controls.run import ControlsRun, run_all_controls
 from vmtests.scenario.install.reference_switch import ReferenceSwitch
 from vmtests.scenario.install.switching import PROFILE_FIELD, CommandSwitch, Switcher
 from vmtests.scenario.judgement.results import CheckResult
+from vmtests.scenario.runner.preflight import PreflightRefused, run_preflight
+from vmtests.scenario.runner.recovery import OnFailure
+from vmtests.scenario.runner.run_plan import RunPlan, render_run_plan
 from vmtests.scenario.runner.scenario import Scenario, ScenarioResult
 
 SELFTEST_PROFILES = ("cfx-llm2", "resident")
@@ -52,13 +65,23 @@ def build_parser() -> argparse.ArgumentParser:
         prog="vmtests", description="Prove that Tenstorrent serving settings survive a reboot."
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    run = commands.add_parser("run", help="run the persistence scenario on one target")
-    run.add_argument("--profile", required=True, help="profile name or YAML path")
-    run.add_argument(
-        "--target",
-        default=REFERENCE_TARGET,
-        help=TARGET_FORMS,
+    check = commands.add_parser(
+        "check", help="check a live target against a profile, read-only (no switch, no reboot)"
     )
+    _target_arguments(check, "vmtests-check")
+    check.add_argument(
+        "--deploy",
+        metavar="PROFILE",
+        help=f"{REFERENCE_TARGET} only: deploy this profile first (default: {BASE_PROFILE})",
+    )
+    check.add_argument(
+        "--prometheus",
+        type=Path,
+        metavar="FILE",
+        help="also write the result as a node_exporter textfile-collector file",
+    )
+    run = commands.add_parser("run", help="run the persistence scenario on one target")
+    _target_arguments(run, "vmtests-report")
     run.add_argument(
         "--switch-command",
         help="command run on the machine to switch (required unless the target is "
@@ -72,12 +95,25 @@ def build_parser() -> argparse.ArgumentParser:
         "into the VM's image: the report says which system runs after the switch and whether "
         "it is this one",
     )
-    run.add_argument("--report-dir", type=Path, default=Path("vmtests-report"))
     run.add_argument(
-        "--container",
-        default=SERVING_CONTAINER,
-        help="docker/podman container of the serving unit (default: %(default)s, as the NixOS "
-        "module names it); '' for a unit whose MainPID is the server itself",
+        "--reference-switch",
+        action="store_true",
+        help=f"switch with the reference guest's install step (the default on {REFERENCE_TARGET}); "
+        "for a reference guest reached over ssh, refused on any other machine",
+    )
+    run.add_argument(
+        "--on-failure",
+        choices=tuple(OnFailure),
+        help="after a failure, an error or Ctrl-C: go back to the generation recorded before "
+        "the switch (default for ssh://) or leave the machine as it is (default for VMs)",
+    )
+    run.add_argument(
+        "--rollback-command",
+        help="how to go back instead of the recorded generation's own command; {generation} "
+        "is replaced by it (the toplevel store path on NixOS)",
+    )
+    run.add_argument(
+        "--plan", action="store_true", help="print every step and command; change nothing"
     )
     run.add_argument(
         "--hw-opt-in", action="store_true", help="required for ssh:// targets (reboots the host)"
@@ -107,6 +143,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _target_arguments(parser: argparse.ArgumentParser, report_dir: str) -> None:
+    """``--profile``, ``--target``, ``--host-config``, ``--container`` and ``--report-dir``."""
+    parser.add_argument("--profile", required=True, help="profile name or YAML path")
+    parser.add_argument(
+        "--target",
+        default=REFERENCE_TARGET,
+        help=f"{TARGET_FORMS}, with a host's settings as query options: "
+        "ssh://root@host?ready_timeout=3600&identity_file=/k",
+    )
+    parser.add_argument(
+        "--host-config",
+        type=Path,
+        metavar="FILE",
+        help=f"YAML file of the host's settings ({', '.join(Settings.per_host())})",
+    )
+    parser.add_argument(
+        "--container",
+        help=f"docker/podman container of the serving unit (default: {SERVING_CONTAINER}, as "
+        "the NixOS module names it); '' for a unit whose MainPID is the server itself",
+    )
+    parser.add_argument("--report-dir", type=Path, default=Path(report_dir))
+
+
+def _settings(args: argparse.Namespace) -> tuple[str, Settings]:
+    """The target without its options, and the host's settings (``--container`` wins)."""
+    try:
+        target, found = resolve(args.target, args.host_config)
+        if args.container is not None:
+            found = found.overridden({"container": args.container or NO_CONTAINER}, "--container")
+    except SettingError as error:
+        raise UsageError(str(error)) from error
+    return target, found
+
+
 def _load(name: str) -> Profile:
     try:
         return load_profile(name)
@@ -116,20 +186,26 @@ def _load(name: str) -> Profile:
         ) from error
 
 
-def _switcher(args: argparse.Namespace, profile: Profile) -> Switcher:
+def _switcher(args: argparse.Namespace, profile: Profile, target: str, found: Settings) -> Switcher:
+    if args.switch_command and args.reference_switch:
+        raise UsageError("--switch-command and --reference-switch exclude each other")
     if args.switch_command:
-        return CommandSwitch(args.switch_command, expected_system=args.expected_system)
+        return CommandSwitch(
+            args.switch_command, timeout=found.switch_timeout, expected_system=args.expected_system
+        )
     if args.expected_system:
         raise UsageError("--expected-system needs --switch-command (a NixOS switch)")
-    if args.target != REFERENCE_TARGET:
-        raise UsageError(f"--target {args.target} needs --switch-command (how to switch it)")
+    if target != REFERENCE_TARGET and not args.reference_switch:
+        raise UsageError(f"--target {target} needs --switch-command (how to switch it)")
     return ReferenceSwitch(profile)
 
 
 @contextmanager
-def _machine(target: str, state_dir: Path) -> Iterator[Machine]:
-    """The machine for ``target``, closed (never powered off for ssh) at the end."""
-    machine = machine_from_target(target, state_dir)
+def _machine(target: str, state_dir: Path, found: Settings | None = None) -> Iterator[Machine]:
+    """The machine for ``target`` (an ssh target with the settings' ssh options), closed (never
+    powered off for ssh) at the end."""
+    options = ssh_options(found) if found and target.startswith(SSH_TARGET_PREFIX) else {}
+    machine = machine_from_target(target, state_dir, **options)
     try:
         yield machine
     finally:
@@ -151,6 +227,13 @@ def _print_outcome(result: ScenarioResult, report_dir: Path) -> None:
         print(f"  stopped after {result.stopped_at}: it failed, so the machine was not rebooted")
     for stage in result.evidence:
         print(f"  evidence of {stage}: {report_dir / 'evidence' / stage}/")
+    if result.recovery is not None:
+        print(f"  {result.recovery.action}: {result.recovery.message}")
+    elif result.generation is not None and not result.ok:
+        print(
+            f"  to go back to {result.generation.description}, run as root on the machine: "
+            f"{result.generation.rollback_command}"
+        )
 
 
 def run_scenario_on(
@@ -160,15 +243,23 @@ def run_scenario_on(
     report_dir: Path,
     *,
     target: str,
-    container: str | None = SERVING_CONTAINER,
+    found: Settings | None = None,
+    preflight: bool = False,
+    on_failure: OnFailure = OnFailure.LEAVE,
+    rollback_command: str | None = None,
 ) -> ScenarioResult:
-    """Run the scenario and write the reports, whatever happens."""
+    """Run the scenario and write the reports, whatever happens; a preflight refusal is
+    reported in the result (status ``refused``), not raised."""
     base = _load(BASE_PROFILE) if isinstance(switcher, ReferenceSwitch) else None
     scenario = Scenario(
-        machine, profile, switcher, target=target, base_profile=base, container=container
-    )
+        machine, profile, switcher, target=target, base_profile=base,
+        settings=found or Settings(), preflight=preflight, on_failure=on_failure,
+        rollback_command=rollback_command,
+    )  # fmt: skip
     try:
         scenario.run()
+    except PreflightRefused as refused:
+        print(f"vmtests run: {refused}", file=sys.stderr)
     finally:
         paths = write_scenario_report(scenario.result, report_dir, machine)
         log.info(f"reports: {', '.join(str(path) for path in paths.values())}")
@@ -176,28 +267,122 @@ def run_scenario_on(
     return scenario.result
 
 
+def exit_status(result: ScenarioResult) -> ExitStatus:
+    """The exit status of a run or a check that ended with ``result``."""
+    if result.status == RunStatus.REFUSED:
+        return ExitStatus.USAGE
+    if result.ok:
+        return ExitStatus.OK
+    return ExitStatus.FAILED if result.status == RunStatus.FINISHED else ExitStatus.INCOMPLETE
+
+
 def command_run(args: argparse.Namespace) -> int:
     """``vmtests run``."""
     profile = _load(args.profile)
-    if args.target.startswith(SSH_TARGET_PREFIX) and not args.hw_opt_in:
+    target, found = _settings(args)
+    if target.startswith(SSH_TARGET_PREFIX) and not args.hw_opt_in and not args.plan:
         raise UsageError(
-            f"--target {args.target} is a real host: the scenario reboots it; "
-            "pass --hw-opt-in to allow that"
+            f"--target {target} is a real host: the scenario reboots it; "
+            "pass --hw-opt-in to allow that (--plan needs none: it changes nothing)"
         )
-    switcher = _switcher(args, profile)
+    switcher = _switcher(args, profile, target, found)
+    on_failure = OnFailure(
+        args.on_failure
+        or (OnFailure.ROLLBACK if target.startswith(SSH_TARGET_PREFIX) else OnFailure.LEAVE)
+    )
+    if args.plan:
+        return command_plan(
+            args, profile, target=target, found=found, switcher=switcher, on_failure=on_failure
+        )
     with (
         tempfile.TemporaryDirectory(prefix="vmtests-run-") as state,
-        _machine(args.target, Path(state)) as machine,
+        _machine(target, Path(state), found) as machine,
     ):
+        if args.reference_switch:
+            _require_reference_guest(machine)
         result = run_scenario_on(
-            machine,
-            profile,
-            switcher,
-            args.report_dir,
-            target=args.target,
-            container=args.container or None,
+            machine, profile, switcher, args.report_dir, target=args.target, found=found,
+            preflight=True, on_failure=on_failure, rollback_command=args.rollback_command,
+        )  # fmt: skip
+    return exit_status(result)
+
+
+def _require_reference_guest(machine: Machine) -> None:
+    """Refuse ``--reference-switch`` on a machine that is not a reference guest."""
+    machine.start()
+    if not is_reference_guest(machine):
+        raise UsageError(
+            f"--reference-switch: {machine.name} is not a reference guest (it would install the "
+            "stub device layer): switch it with --switch-command"
         )
-    return ExitStatus.OK if result.ok else ExitStatus.FAILED
+
+
+def command_plan(
+    args: argparse.Namespace,
+    profile: Profile,
+    *,
+    target: str,
+    found: Settings,
+    switcher: Switcher,
+    on_failure: OnFailure,
+) -> int:
+    """``vmtests run --plan``: the steps; over ssh, the host's answers too (read only)."""
+    plan = RunPlan(
+        profile, args.target, switcher.description, found, on_failure, args.rollback_command,
+        deploys_base=isinstance(switcher, ReferenceSwitch) and not args.reference_switch,
+    )  # fmt: skip
+    if target.startswith(SSH_TARGET_PREFIX):
+        with (
+            tempfile.TemporaryDirectory(prefix="vmtests-plan-") as state,
+            _machine(target, Path(state), found) as machine,
+        ):
+            machine.start()
+            plan = replace(plan, preflight=run_preflight(machine, profile, switcher, found))
+            if isinstance(switcher, CommandSwitch):
+                try:
+                    plan = replace(plan, generation=switcher.record_generation(machine))
+                except DriverError as error:
+                    plan = replace(plan, generation_note=str(error))
+            else:
+                plan = replace(plan, generation_note="the installed unit set, archived then")
+    print(f"vmtests run --plan: profile {profile.name} on {args.target}; nothing is changed\n")
+    print(render_run_plan(plan))
+    refusal = plan.preflight.refusal if plan.preflight else None
+    if refusal is not None:
+        print(f"\nthe run would be refused ({refusal.check}, {refusal.reason}): {refusal.message}")
+        return ExitStatus.USAGE
+    return ExitStatus.OK
+
+
+def command_check(args: argparse.Namespace) -> int:
+    """``vmtests check``: one read-only snapshot against the profile; exit 0/1/2/3."""
+    profile = _load(args.profile)
+    target, found = _settings(args)
+    deploy: Switcher | None = None
+    if target == REFERENCE_TARGET:
+        deployed = _load(args.deploy or BASE_PROFILE)
+        deploy = ReferenceSwitch(deployed, base_serving_profile=deployed.serving_profile)
+    elif args.deploy:
+        raise UsageError(f"--deploy applies to {REFERENCE_TARGET} only: a check changes nothing")
+    with (
+        tempfile.TemporaryDirectory(prefix="vmtests-check-") as state,
+        _machine(target, Path(state), found) as machine,
+    ):
+        scenario = Scenario(machine, profile, deploy, target=args.target, settings=found)
+        try:
+            scenario.check()
+        finally:
+            result = scenario.result
+            paths = write_scenario_report(result, args.report_dir, machine)
+            if args.prometheus is not None:
+                paths["prometheus"] = write_prometheus(result, args.prometheus)
+            log.info(f"reports: {', '.join(str(path) for path in paths.values())}")
+    verdict = "CONFORMS" if result.ok else "DOES NOT CONFORM"
+    print(f"\n{verdict}: {args.target} against profile {profile.name}: {len(result.checks)} "
+          f"checks, {len(result.failures)} failed; report in {args.report_dir}")  # fmt: skip
+    for failure in result.failures:
+        print(f"  {redact_text(str(failure))}")
+    return exit_status(result)
 
 
 def command_selftest(args: argparse.Namespace) -> int:
@@ -279,6 +464,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(arguments)
     try:
+        if args.command == "check":
+            return command_check(args)
         if args.command == "run":
             return command_run(args)
         if args.command == "certify":

@@ -12,25 +12,32 @@ import json
 import os
 import shutil
 import tempfile
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
+
 from vmtests.scenario.collection.redact import redact_text
 from vmtests.scenario.controls.control import ControlOutcome
 from vmtests.scenario.judgement.checks import profile_rows
 from vmtests.scenario.judgement.results import CheckResult
+from vmtests.scenario.judgement.seen import live_state, seen, statement_lines
 from vmtests.scenario.judgement.server_config import describe
-from vmtests.scenario.runner.scenario import ScenarioResult
+from vmtests.scenario.runner.scenario import CHECK, Kind, ScenarioResult
 
 STAGES = ("S0", "S1", "S2")
 TIMING_GROUPS = {
     "boot": ("boot",),
-    "switch": ("prepare base", "switch"),
+    "switch": ("prepare base", "deploy", "switch"),
     "reboot": ("reboot",),
-    "snapshots": ("snapshot S0", "snapshot S1", "snapshot S2"),
-    "checks": ("checks S0", "checks S1", "checks S2", "compare S1/S2"),
+    "snapshots": ("snapshot S0", "snapshot S1", "snapshot S2", "snapshot check"),
+    "checks": ("checks S0", "checks S1", "checks S2", "compare S1/S2", "checks"),
+    "preflight": ("preflight", "record generation"),
+    "evidence": ("evidence S1", "evidence S2", "evidence check", "evidence error"),
+    "recovery": ("recovery", "snapshot rollback", "checks rollback"),
 }
 
 
@@ -99,7 +106,30 @@ def scenario_data(result: ScenarioResult) -> dict[str, Any]:
             stage: [evidence_path(stage, name) for name in parts]
             for stage, parts in result.evidence.items()
         },
+        "kind": result.kind,
+        "settings": result.settings.to_dict(),
+        "preflight": [_redacted(item) for item in result.preflight],
+        "versions": result.versions,
+        "generation": result.generation.to_dict() if result.generation else None,
+        "recovery": result.recovery.to_dict() if result.recovery else None,
+        **(_check_data(result) if result.kind == Kind.CHECK else {}),
     }
+
+
+def _check_data(result: ScenarioResult) -> dict[str, Any]:
+    """A check's expected and seen value per expectation, and the live state."""
+    snapshot = result.snapshots.get(CHECK)
+    if snapshot is None:
+        return {}
+    return {
+        "expected_and_seen": [
+            {"check": row.check, "subject": row.subject, "expected": row.label,
+             "seen": seen(result.profile, row, snapshot)}
+            for row in profile_rows(result.profile)
+        ],
+        "live_state": dict(live_state(snapshot)),
+        "statements": statement_lines(snapshot),
+    }  # fmt: skip
 
 
 def evidence_path(stage: str, name: str) -> str:
@@ -153,7 +183,10 @@ def _cell(results: list[CheckResult]) -> str:
 
 
 def markdown_summary(result: ScenarioResult, controls: Sequence[ControlOutcome] = ()) -> str:
-    """A human-readable summary: expectations x S0/S1/S2, other failures, diffs, timings."""
+    """A human-readable summary: expectations x S0/S1/S2 (or, for a check, expected and seen),
+    other failures, diffs, the host's settings, preflight and recovery, timings."""
+    if result.kind == Kind.CHECK:
+        return _check_markdown(result)
     verdict = "PASSED" if result.ok else f"FAILED ({result.status})"
     lines = [
         f"# vmtests persistence scenario: {result.profile.name} on {result.target}: {verdict}",
@@ -213,6 +246,7 @@ def markdown_summary(result: ScenarioResult, controls: Sequence[ControlOutcome] 
     lines += [f"- `{d.field}`: S1 `{d.before!r}` / S2 `{d.after!r}`" for d in result.diffs] or [
         "- none"
     ]
+    lines += _first_run_sections(result)
     timings = timing_breakdown(result)
     lines += ["", "## Wall time by step", "", "| step | seconds |", "| --- | --- |"]
     lines += [f"| {name} | {value} |" for name, value in timings.items()]
@@ -250,6 +284,107 @@ def machine_acceleration(machine: object) -> dict[str, str]:
     inner = getattr(machine, "inner", machine)
     acceleration = getattr(inner, "acceleration", None)
     return dict(acceleration) if isinstance(acceleration, dict) else {}
+
+
+def _escape(text: str) -> str:
+    return redact_text(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _first_run_sections(result: ScenarioResult) -> list[str]:
+    """The host's settings, what the preflight found and what was done after a failure."""
+    lines = ["", "## Host settings", "", "| setting | value | from |", "| --- | --- | --- |"]
+    lines += [
+        f"| {name} | {_escape(value)} | {source} |"
+        for name, value, source in result.settings.describe()
+    ]
+    if result.preflight:
+        lines += ["", "## Preflight", "", "| item | holds | found |", "| --- | --- | --- |"]
+        lines += [
+            f"| {item.subject} | {'yes' if item.ok else f'**NO** ({item.reason})'} | "
+            f"{_escape(item.message)} |"
+            for item in result.preflight
+        ]
+    if result.generation is not None:
+        lines += [
+            "",
+            "## Going back",
+            "",
+            f"Before the switch the machine ran {result.generation.description}. The command "
+            "that goes back (as root on the machine):",
+            "",
+            f"    {result.generation.rollback_command}",
+        ]
+    if result.recovery is not None:
+        lines += ["", f"**After the failure ({result.recovery.action}):** "
+                      f"{redact_text(result.recovery.message)}"]  # fmt: skip
+    return lines
+
+
+def _check_markdown(result: ScenarioResult) -> str:
+    """``vmtests check``: every expectation with what was expected and what was seen."""
+    verdict = "CONFORMS" if result.ok else f"DOES NOT CONFORM ({result.status})"
+    lines = [
+        f"# vmtests check: {result.profile.name} on {result.target}: {verdict}",
+        "",
+        f"Read-only: one snapshot, no switch, no reboot, no restart. Deployed first: "
+        f"{result.switch}.",
+    ]
+    snapshot = result.snapshots.get(CHECK)
+    if snapshot is not None:
+        by_key: dict[tuple[str, str], list[CheckResult]] = {}
+        for check in result.checks:
+            by_key.setdefault((check.check, check.subject), []).append(check)
+        lines += ["", "| expectation | expected | seen | check |", "| --- | --- | --- | --- |"]
+        for row in profile_rows(result.profile):
+            cell = _cell(by_key.get((row.check, row.subject), []))
+            shown = _escape(seen(result.profile, row, snapshot))
+            lines.append(f"| {row.subject} | {_escape(row.label)} | {shown} | {cell} |")
+        lines += ["", "## Live state", "", "| what | seen |", "| --- | --- |"]
+        lines += [f"| {what} | {_escape(value)} |" for what, value in live_state(snapshot)]
+        lines += ["", "## What the current start says about its configuration", ""]
+        lines += [f"- {_escape(text)}" for text in statement_lines(snapshot)] or ["- nothing"]
+    lines += ["", "## Failed checks", ""]
+    lines += [f"- {redact_text(str(check))}" for check in result.failures] or ["- none"]
+    if result.error:
+        lines += ["", f"**Run error:** {redact_text(result.error)}"]
+    if result.evidence:
+        lines += ["", "## Evidence", ""]
+        lines += [
+            f"- {stage}: " + ", ".join(f"[{name}]({evidence_path(stage, name)})" for name in parts)
+            for stage, parts in result.evidence.items()
+        ]
+    lines += _first_run_sections(result)
+    return "\n".join(lines) + "\n"
+
+
+def write_prometheus(result: ScenarioResult, path: Path) -> Path:
+    """The check's verdict and each check's result in the node_exporter textfile-collector
+    format (``prometheus_client``'s ``write_to_textfile``, atomic), for a host that checks
+    itself from a timer: ``vmtests_check_ok`` (1 conforms, 0 not), ``vmtests_check_passed``
+    per check and subject, ``vmtests_check_failures`` and ``vmtests_check_timestamp_seconds``."""
+    registry = CollectorRegistry()
+    labels = {"profile": result.profile.name, "target": result.target.partition("?")[0]}
+    names = list(labels)
+    verdict = Gauge("vmtests_check_ok", "1 when the target conforms to the profile", names,
+                    registry=registry)  # fmt: skip
+    verdict.labels(**labels).set(1 if result.ok else 0)
+    failures = Gauge("vmtests_check_failures", "checks that failed", names, registry=registry)
+    failures.labels(**labels).set(len(result.failures))
+    stamp = Gauge("vmtests_check_timestamp_seconds", "when the check ran", names,
+                  registry=registry)  # fmt: skip
+    stamp.labels(**labels).set(time.time())
+    passed = Gauge(
+        "vmtests_check_passed",
+        "1 when the check held (informational results count as held)",
+        [*names, "check", "subject"],
+        registry=registry,
+    )
+    for check in result.checks:
+        held = passed.labels(**labels, check=check.check, subject=check.subject)
+        held.set(0 if check.failed else 1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_to_textfile(str(path), registry)
+    return path
 
 
 def detection_table(controls: Sequence[ControlOutcome]) -> list[str]:

@@ -23,7 +23,16 @@ BOARD_TYPES = {
     0x44: "p300b", 0x45: "p300a", 0x46: "p300c", 0x47: "tt-galaxy-bh",
 }  # fmt: skip
 P150_TYPES = frozenset({"p150a", "p150b", "p150c"})
-SNAPSHOT_KEYS = ("time", "host_info", "host_sw_vers", "device_info", "processes")
+SNAPSHOT_KEYS = ("time", "host_info", "host_sw_vers", "device_info")
+PROCESSES_SINCE_TT_SMI = (6, 0, 0)
+"""tt-smi 6.0.0 first prints ``processes`` (tt-smi ``debian/changelog``: "Include processes in
+snapshot output"); older releases have no such key, and the holders are then not inspectable."""
+PIDS_SINCE_TT_KMD = (2, 5, 0)
+"""tt-kmd 2.5.0 first has ``/proc/driver/tenstorrent/<N>/pids``, which tt-smi reads
+(``tt_smi/backend.py`` ``get_device_processes``); without it tt-smi lists no process at all."""
+NAMESPACED_PIDS_SINCE_TT_KMD = (2, 7, 0)
+"""tt-kmd 2.7.0 prints those pids in the reader's PID namespace (``enumerate.c``
+``pids_proc_show``, ``pid_vnr``); before, a container's holders show the container's own pids."""
 
 
 class TtSmiError(ValueError):
@@ -79,11 +88,38 @@ class TtSmiSnapshot:
     driver: str
     tt_smi_version: str
     boards: list[Board]
-    processes: list[Process]
+    processes: list[Process] | None
+    """None when tt-smi printed no ``processes`` key (older than ``PROCESSES_SINCE_TT_SMI``)."""
 
     def holders(self, device: int = 0) -> list[int]:
-        """PIDs of the processes holding ``device``."""
-        return [process.pid for process in self.processes if process.device == device]
+        """PIDs of the processes holding ``device`` (none known without ``processes``)."""
+        return [process.pid for process in self.processes or [] if process.device == device]
+
+    @property
+    def driver_version(self) -> tuple[int, ...] | None:
+        """tt-kmd's version from ``host_info.Driver`` (``TT-KMD 2.10.0``), None if unreadable."""
+        return version_tuple(self.driver)
+
+    def holders_unknown(self) -> str:
+        """Why the holders cannot be read from this snapshot (``""``: they can)."""
+        versions = f"tt-smi {self.tt_smi_version or '?'}, driver {self.driver or '?'}"
+        if self.processes is None:
+            since = ".".join(map(str, PROCESSES_SINCE_TT_SMI))
+            return f"tt-smi prints no processes before {since} ({versions})"
+        kmd = self.driver_version
+        if not self.processes and kmd is not None and kmd < PIDS_SINCE_TT_KMD:
+            since = ".".join(map(str, PIDS_SINCE_TT_KMD))
+            return f"tt-kmd lists the processes that hold a card only since {since} ({versions})"
+        return ""
+
+
+def version_tuple(text: str) -> tuple[int, ...] | None:
+    """The first dotted version in ``text`` as integers (``TT-KMD 2.10.0-rc1`` -> (2, 10, 0))."""
+    for word in text.replace("v", " ").split():
+        parts = word.split("-", 1)[0].split(".")
+        if len(parts) >= 2 and all(part.isdigit() for part in parts):
+            return tuple(int(part) for part in parts)
+    return None
 
 
 def _json_start(text: str) -> int:
@@ -124,15 +160,18 @@ def parse_snapshot(text: str) -> TtSmiSnapshot:
                 limits=dict(entry.get("limits") or {}),
             )
         )
-    processes = []
-    for index, raw in enumerate(top["processes"]):
+    processes: list[Process] | None = None if "processes" not in top else []
+    for index, raw in enumerate(top.get("processes") or []):
         entry = _mapping(raw, f"processes[{index}]")
         if not isinstance(entry.get("pid"), int) or not isinstance(entry.get("device"), int):
             raise TtSmiError(f"processes[{index}] needs integer pid and device: {entry}")
-        processes.append(
-            Process(entry["pid"], str(entry.get("user", "?")), entry["device"],
-                    str(entry.get("cmdline", "")))
-        )  # fmt: skip
+        process = Process(
+            entry["pid"],
+            str(entry.get("user", "?")),
+            entry["device"],
+            str(entry.get("cmdline", "")),
+        )
+        processes = [*(processes or []), process]
     host = _mapping(top["host_info"], "host_info")
     versions = _mapping(top["host_sw_vers"], "host_sw_vers")
     return TtSmiSnapshot(

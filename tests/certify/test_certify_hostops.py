@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from vmtests.certify import hostops
+from vmtests.contracts.settings import Settings
 from vmtests.driver.machine import CommandResult, Machine
 
 
@@ -49,7 +50,7 @@ def test_stop_checked_reads_exec_main_status() -> None:
         "systemctl stop": (0, ""),
         "systemctl show": (0, "ExecMainCode=2\nExecMainStatus=9\nResult=signal\n"),
     })  # fmt: skip
-    outcome = hostops.stop_checked(machine)
+    outcome = hostops.stop_checked(machine, Settings())
     assert not outcome.ok
     assert "KILLED" in outcome.message
     assert not any("rm -f" in command for command in machine.commands)

@@ -21,8 +21,10 @@ from vmtests.certify.model import (
 )
 from vmtests.certify.plan import build_plan, render_plan
 from vmtests.cli import main
+from vmtests.contracts.settings import Settings
 from vmtests.contracts.status import RunStatus
 from vmtests.guest import REFERENCE_TARGET
+from vmtests.guest.host_settings import ssh_options
 from vmtests.guest.targets import TargetError
 
 
@@ -161,7 +163,14 @@ def test_the_ssh_key_and_known_hosts_reach_the_ssh_machine(
     keys = ["--identity-file", "/run/id", "--known-hosts", "/run/known_hosts"]
     assert main(["certify", "--profile", "cfx-llm2", *ssh, *keys]) == 2
     assert main(["certify", "--profile", "cfx-llm2", *ssh]) == 2
-    assert seen == [{"identity_file": Path("/run/id"), "known_hosts": Path("/run/known_hosts")}, {}]
+    # Every ssh setting reaches the machine: the flags given, the settings' defaults otherwise.
+    given, default = seen
+    assert (given["identity_file"], given["known_hosts"]) == (
+        Path("/run/id"),
+        Path("/run/known_hosts"),
+    )
+    assert default == ssh_options(Settings())
+    assert default["identity_file"] is None
     assert main(["certify", "--profile", "cfx-llm2", "--plan", *keys]) == 2
     assert "apply to ssh:// targets only" in capsys.readouterr().err
 

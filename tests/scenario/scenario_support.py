@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
 
+from vmtests.driver.machine import CommandResult
 from vmtests.scenario.collection import snapshot as state
 from vmtests.scenario.collection.snapshot import Snapshot
 
@@ -162,3 +165,24 @@ def good_snapshot(resident: bool = False, label: str = "S1") -> Snapshot:
         metrics=state.Endpoint("http://127.0.0.1:8000/metrics", 200, CACHE_CONFIG_INFO),
         hugepages=state.HugepageState(pools={GIB_KIB: 2, 2048: 0}, unit=hugepage_unit),
     )
+
+
+class LocalShell:
+    """Stands in for a machine: runs each command with this host's ``sh`` and ``path`` as its
+    ``PATH`` (fake tools first), so that a script meant for the guest runs against them."""
+
+    name = "local"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def execute(self, command: str, *args: object, timeout: float) -> CommandResult:
+        """``sh -c command``: rc, stdout and stderr."""
+        done = subprocess.run(
+            ["sh", "-c", command],
+            capture_output=True,
+            env={**os.environ, "PATH": self.path},
+            timeout=timeout,
+            check=False,
+        )
+        return CommandResult(command, done.returncode, done.stdout, done.stderr)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pytest
 from scenario_support import good_snapshot
 
 from vmtests.scenario.collection.collect import MARK, parse_snapshot
@@ -50,6 +53,45 @@ def test_an_active_service_with_nobody_holding_the_card_fails() -> None:
     snapshot.tt_smi = Endpoint("tt-smi -s", 0, json.dumps(data, indent=4))
     (bad,) = failures(check_card(snapshot))
     assert "is active but tt-smi shows no process holding the card" in bad.message
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (lambda data: data.pop("processes"), "tt-smi prints no processes before 6.0.0"),
+        (
+            lambda data: (
+                data.update(processes=[]) or data["host_info"].update(Driver="TT-KMD 2.4.1")
+            ),
+            "tt-kmd lists the processes that hold a card only since 2.5.0",
+        ),
+    ],
+    ids=["tt-smi-5", "tt-kmd-2.4"],
+)
+def test_older_tools_leave_the_holders_not_inspectable(
+    change: Callable[[dict[str, Any]], object], why: str
+) -> None:
+    """Not a crash and not a failure: information, with the versions found."""
+    data = json.loads(SAMPLE.read_text())
+    change(data)
+    snapshot = good_snapshot()
+    snapshot.tt_smi = Endpoint("tt-smi -s", 0, json.dumps(data, indent=4))
+    results = check_card(snapshot)
+    assert failures(results) == []
+    (note,) = [r for r in results if r.subject == "holder"]
+    assert note.informational
+    assert why in note.message
+    assert "driver TT-KMD" in note.message
+
+
+def test_a_driver_before_2_7_says_its_pids_are_the_containers() -> None:
+    data = json.loads(SAMPLE.read_text())
+    data["host_info"]["Driver"] = "TT-KMD 2.6.0"
+    snapshot = good_snapshot()
+    snapshot.tt_smi = Endpoint("tt-smi -s", 0, json.dumps(data, indent=4))
+    (holder,) = [r for r in check_card(snapshot) if r.subject == "holder"]
+    assert holder.ok
+    assert "a container's own pids before tt-kmd 2.7.0" in holder.message
 
 
 def test_without_tt_smi_the_card_is_information_only() -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from vmtests.cli import _switcher, build_parser, main
+from vmtests.contracts.settings import Settings
 from vmtests.contracts.status import ExitStatus
 from vmtests.profiles import load_profile
 from vmtests.scenario.install.switching import CommandSwitch
@@ -34,7 +35,7 @@ def test_the_expected_system_goes_to_the_command_switch(capsys: pytest.CaptureFi
     assert main(argv) == ExitStatus.USAGE  # the reference guest's switch has no NixOS system
     assert "--expected-system needs --switch-command" in capsys.readouterr().err
     args = build_parser().parse_args([*argv, "--switch-command", "nixos-rebuild switch"])
-    switch = _switcher(args, load_profile("cfx-llm2"))
+    switch = _switcher(args, load_profile("cfx-llm2"), args.target, Settings())
     assert isinstance(switch, CommandSwitch)
     assert switch.expected_system == "/nix/store/aaaa-nixos-system"
 

@@ -3,10 +3,10 @@ named, bounded and redacted; a machine that no longer answers gives one part say
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 from typing import cast
+
+from scenario_support import LocalShell
 
 from vmtests.driver.errors import MachineGone
 from vmtests.driver.machine import CommandResult, Machine
@@ -23,31 +23,12 @@ TOOLS = {
 }
 
 
-class _Local:
-    """Runs commands with the host's ``sh`` and ``PATH`` (fake tools first)."""
-
-    name = "local"
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def execute(self, command: str, *args: object, timeout: float) -> CommandResult:
-        done = subprocess.run(
-            ["sh", "-c", command],
-            capture_output=True,
-            env={**os.environ, "PATH": self.path},
-            timeout=timeout,
-            check=False,
-        )
-        return CommandResult(command, done.returncode, done.stdout, done.stderr)
-
-
 def test_every_part_is_collected_and_redacted(tmp_path: Path) -> None:
     for name, body in TOOLS.items():
         tool = tmp_path / name
         tool.write_text(f"#!/bin/sh\n{body}\n")
         tool.chmod(0o755)
-    machine = cast(Machine, _Local(f"{tmp_path}:/usr/bin:/bin"))
+    machine = cast(Machine, LocalShell(f"{tmp_path}:/usr/bin:/bin"))
     parts = collect_evidence(machine, container="tenstorrent-serving")
     assert list(parts) == [
         "journal-current-boot", "journal-previous-boot", "systemctl-status", "docker-inspect",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from scenario_support import CFX_ARGS, UNIT_FILE, good_snapshot
 
 from vmtests.contracts.findings import Check, Finding, Reason
@@ -80,6 +81,22 @@ def test_docker_env_file_under_run_is_flagged() -> None:
     (bad,) = failures(check_provenance(snapshot))
     assert bad.reason == Reason.RUNTIME_ENV_FILE
     assert f"from docker --env-file {env_file}" in bad.message
+
+
+@pytest.mark.parametrize(
+    "env_file", ["/run/secrets/vllm-api-key.env", "/run/agenix/vllm-api-key.env"]
+)
+def test_a_secret_manager_file_under_run_is_durable(env_file: str) -> None:
+    """sops-nix and agenix decrypt secrets under /run at every activation, boot included: a
+    key the container reads from there is configuration, not runtime state."""
+    snapshot = good_snapshot()
+    snapshot.unit.files[UNIT_FILE] += f"\nExecStartPre=/bin/true --env-file {env_file}"
+    snapshot.unit.sources[env_file] = "VLLM_API_KEY=<redacted>\n"
+    assert snapshot.server is not None
+    snapshot.server.environment["VLLM_API_KEY"] = "<redacted>"
+    assert failures(check_provenance(snapshot)) == []
+    traced = next(r for r in check_provenance(snapshot) if r.subject == "VLLM_API_KEY")
+    assert f"comes from docker --env-file {env_file}" in traced.message
 
 
 def test_an_environment_generator_under_run_is_flagged() -> None:

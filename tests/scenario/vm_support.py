@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from vmtests.contracts.serving import SERVING_CONTAINER
 from vmtests.driver.qemu import QemuMachine
 from vmtests.guest import REFERENCE_TARGET
 from vmtests.guest.firewall import FIREWALL_UNIT
@@ -39,7 +38,6 @@ def run_scenario(machine: QemuMachine, profile_name: str, report_dir: Path) -> S
         ReferenceSwitch(profile),
         target=REFERENCE_TARGET,
         base_profile=load_profile("baseline"),
-        container=SERVING_CONTAINER,
     )
     try:
         scenario.run()

@@ -52,6 +52,7 @@ def test_the_real_snapshot_sample() -> None:
     assert board.limits["board_power_limit"] == "300"
     assert board.telemetry["board_power"] == " 58.0"
     assert snapshot.holders(0) == [48213]
+    assert snapshot.processes is not None
     assert snapshot.processes[0].cmdline.startswith("python3 -m vllm.entrypoints")
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from vmtests.certify import hostops
+from vmtests.contracts.settings import Settings
 from vmtests.driver.machine import Machine
 from vmtests.nixcore import CoreOutput, evaluate_core
 from vmtests.profiles import Profile
@@ -107,10 +108,8 @@ def switch_to(
     switcher: Switcher,
     config: Configuration,
     *,
-    port: int,
+    settings: Settings,
     reason: str,
-    container: str | None = None,
-    api_key_file: str | None = None,
 ) -> SwitchRecord:
     """Switch to ``config`` (restarting through the unit, checked, when the switch does not
     restart it itself), wait, and verify it is live."""
@@ -119,13 +118,13 @@ def switch_to(
     since = hostops.machine_time(machine)
     switcher.switch(machine, config.profile)
     if not switcher.restarts:
-        outcome = hostops.stop_checked(machine)
+        outcome = hostops.stop_checked(machine, settings)
         record.stop = outcome.to_dict()
         if not outcome.ok:
             record.failures.append(f"stop before {config.name}: {outcome.message}")
-        hostops.start(machine, port)
+        hostops.start(machine, settings)
     else:
-        wait_ready(machine, port, hostops.START_TIMEOUT)
+        wait_ready(machine, settings.serving_port, settings.ready_timeout)
     record.kills = hostops.kills_since(machine, since)
     if record.stop is None or record.stop["ok"]:  # a failed stop check already says it
         record.failures += [f"the unit's main process was killed: {k}" for k in record.kills]
@@ -133,10 +132,10 @@ def switch_to(
     snapshot = take_snapshot(
         machine,
         f"switch to {config.name}",
-        port=port,
-        container=container,
+        port=settings.serving_port,
+        container=settings.container,
         card=False,
-        api_key_file=api_key_file,
+        api_key_file=settings.api_key_file,
     )
     record.digest = hostops.config_digest(snapshot)
     record.failures += verify(config, snapshot)

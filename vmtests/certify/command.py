@@ -16,13 +16,16 @@ from pathlib import Path
 
 from vmtests.certify.arms import reference_switch
 from vmtests.certify.context import MIN_MEM_GIB, MIN_REQUESTS, Options
+from vmtests.certify.model import CERTIFY, PROBE, RECORD
 from vmtests.certify.plan import ALL_GATES, build_plan, render_plan
 from vmtests.certify.run import certify
 from vmtests.contracts.instrumentation import GUEST_MEMORY_MB
 from vmtests.contracts.serving import SERVING_CONTAINER, SERVING_PORT
+from vmtests.contracts.settings import NO_CONTAINER, SettingError, Settings
 from vmtests.contracts.status import ExitStatus, UsageError
 from vmtests.driver.errors import DriverError
 from vmtests.guest import REFERENCE_TARGET, SSH_TARGET_PREFIX, TARGET_FORMS
+from vmtests.guest.host_settings import resolve, ssh_options
 from vmtests.guest.targets import machine_from_target
 from vmtests.profiles import Profile, ProfileError, load_profile
 from vmtests.scenario.collection.redact import redact_text
@@ -42,18 +45,37 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--requests", type=int, default=MIN_REQUESTS, help="concurrency gate n")
     parser.add_argument("--ab-blocks", type=int, default=3, help="ABBA blocks of the A/B")
     parser.add_argument("--min-mem-gib", type=float, default=MIN_MEM_GIB, help="never below 4")
-    parser.add_argument("--record-golden", action="store_true", help="record golden shas only")
+    modes = parser.add_mutually_exclusive_group()
+    modes.add_argument(
+        "--record-golden",
+        action="store_true",
+        help="record golden shas per condition (batch size, cache state) by replaying the gates",
+    )
+    modes.add_argument(
+        "--probe-determinism",
+        action="store_true",
+        help="report only, first on a new host: the same prompts across batch sizes, cache "
+        "state and repeats; which outputs differ and how",
+    )
     parser.add_argument("--plan", action="store_true", help="print the steps; change nothing")
     parser.add_argument("--only", help=f"comma-separated gates ({', '.join(ALL_GATES[1:])})")
     parser.add_argument("--report-dir", type=Path, default=Path("vmtests-certificate"))
     parser.add_argument("--switch-command", help="switch template for ssh targets ({profile})")
     parser.add_argument(
         "--container",
-        default=SERVING_CONTAINER,
-        help="the serving container, read with docker inspect (default: %(default)s, as the "
-        "NixOS module names it); '' for a unit whose MainPID is the server itself",
+        help=f"the serving container, read with docker inspect (default: {SERVING_CONTAINER}, "
+        "as the NixOS module names it); '' for a unit whose MainPID is the server itself",
     )
-    parser.add_argument("--port", type=int, default=SERVING_PORT, help="serving port on the host")
+    parser.add_argument(
+        "--port", type=int, help=f"serving port on the host (default: {SERVING_PORT})"
+    )
+    parser.add_argument(
+        "--host-config",
+        type=Path,
+        metavar="FILE",
+        help="YAML file of the host's settings (vmtests.guest.host_settings); the target's "
+        "query options win over it, these flags over both",
+    )
     parser.add_argument("--hw-opt-in", action="store_true", help="required for ssh:// targets")
     parser.add_argument(
         "--identity-file", type=Path, help="ssh targets: the private key to log in with"
@@ -84,32 +106,57 @@ def _options(args: argparse.Namespace) -> Options:
     )
 
 
-def _machine_options(args: argparse.Namespace) -> dict[str, object]:
+def _settings(args: argparse.Namespace) -> tuple[str, Settings]:
+    """The target without its options and the host's settings: the environment's,
+    ``--host-config``, the target's options, then this command's flags."""
+    flags = {
+        "identity_file": args.identity_file,
+        "known_hosts": args.known_hosts,
+        "container": None if args.container is None else args.container or NO_CONTAINER,
+        "serving_port": args.port,
+    }
+    given = {name: str(value) for name, value in flags.items() if value is not None}
+    try:
+        target, found = resolve(args.target, args.host_config)
+        found = found.overridden(given, "command line")
+    except SettingError as error:
+        raise UsageError(str(error)) from error
+    ssh = [name for name in ("identity_file", "known_hosts") if name in given]
+    if ssh and not target.startswith(SSH_TARGET_PREFIX):
+        flags_given = ", ".join("--" + name.replace("_", "-") for name in ssh)
+        raise UsageError(f"{flags_given} apply to ssh:// targets only, not {target}")
+    return target, found
+
+
+def _machine_options(target: str, found: Settings) -> dict[str, object]:
     """Options of the machine the target names: the contract's memory for the reference guest,
-    the key and known hosts for an ssh target."""
-    ssh = {"identity_file": args.identity_file, "known_hosts": args.known_hosts}
-    given = {name: value for name, value in ssh.items() if value is not None}
-    if given and not args.target.startswith(SSH_TARGET_PREFIX):
-        flags = ", ".join("--" + name.replace("_", "-") for name in given)
-        raise UsageError(f"{flags} apply to ssh:// targets only, not {args.target}")
-    return {"memory_mb": GUEST_MEMORY_MB} if args.target == REFERENCE_TARGET else given
+    the ssh settings for an ssh target."""
+    if target == REFERENCE_TARGET:
+        return {"memory_mb": GUEST_MEMORY_MB}
+    return ssh_options(found) if target.startswith(SSH_TARGET_PREFIX) else {}
 
 
-def _switcher(args: argparse.Namespace, profile: Profile) -> Switcher:
+def _switcher(args: argparse.Namespace, profile: Profile, target: str, found: Settings) -> Switcher:
     """The reference guest's install step (the profile is its base: a host deployed with it),
     restarts left to the run; else the switch command; else no switch at all."""
-    if args.target.startswith(SSH_TARGET_PREFIX) and not args.hw_opt_in:
+    if target.startswith(SSH_TARGET_PREFIX) and not args.hw_opt_in:
         raise UsageError(
-            f"--target {args.target} is a real host: certification restarts its serving "
+            f"--target {target} is a real host: certification restarts its serving "
             "unit and switches its configuration; pass --hw-opt-in to allow that"
         )
-    if args.target == REFERENCE_TARGET:
+    if target == REFERENCE_TARGET:
         return reference_switch(profile)
     if args.switch_command:
-        return CommandSwitch(args.switch_command)
+        return CommandSwitch(args.switch_command, timeout=found.switch_timeout)
     if args.ab:
-        raise UsageError(f"--ab on {args.target} needs --switch-command (with {{profile}})")
+        raise UsageError(f"--ab on {target} needs --switch-command (with {{profile}})")
     return NoSwitch()
+
+
+def _mode(args: argparse.Namespace) -> str:
+    if args.record_golden:
+        return RECORD
+    return PROBE if args.probe_determinism else CERTIFY
 
 
 def command_certify(args: argparse.Namespace) -> int:
@@ -117,19 +164,23 @@ def command_certify(args: argparse.Namespace) -> int:
     unknown target ``TargetError``: ``vmtests.cli`` reports both, exit status 2)."""
     profile, ab_profile = _profile(args.profile), _profile(args.ab) if args.ab else None
     options = _options(args)
-    switcher = _switcher(args, profile)
-    machine_options = _machine_options(args)
-    restart = REFERENCE_RESTART_SECONDS if args.target == REFERENCE_TARGET else 300.0
+    target, found = _settings(args)
+    switcher = _switcher(args, profile, target, found)
+    machine_options = _machine_options(target, found)
+    restart = REFERENCE_RESTART_SECONDS if target == REFERENCE_TARGET else found.ready_timeout
     switch = switcher.description
     if args.plan:
         steps = build_plan(
             options, profile=profile.name, ab_profile=args.ab, switch=switch,
-            record_golden=args.record_golden, restart_seconds=restart,
+            mode=_mode(args), restart_seconds=restart,
         )  # fmt: skip
         print(f"vmtests certify --plan: {args.target}, nothing will be changed\n")
         print(render_plan(steps))
         return ExitStatus.OK
-    return _run(args, profile, ab_profile, options, switcher, machine_options=machine_options)
+    return _run(
+        args, profile, ab_profile, options, switcher,
+        target=target, found=found, machine_options=machine_options,
+    )  # fmt: skip
 
 
 def _run(
@@ -139,18 +190,19 @@ def _run(
     options: Options,
     switcher: Switcher,
     *,
+    target: str,
+    found: Settings,
     machine_options: dict[str, object],
 ) -> int:
     with tempfile.TemporaryDirectory(prefix="vmtests-certify-") as state:
-        machine = machine_from_target(args.target, Path(state), **machine_options)
+        machine = machine_from_target(target, Path(state), **machine_options)
         try:
             machine.start()
             switcher.prepare_base(machine)
             result = certify(
                 machine, profile, target=args.target,
                 switcher=switcher, report_dir=args.report_dir,
-                options=options, ab_profile=ab_profile, record=args.record_golden,
-                port=args.port, container=args.container or None,
+                options=options, ab_profile=ab_profile, mode=_mode(args), settings=found,
             )  # fmt: skip
         except DriverError as error:
             print(f"vmtests certify: the run could not start: {redact_text(str(error))}")

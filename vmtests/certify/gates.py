@@ -40,10 +40,10 @@ def preflight(ctx: Context) -> GateResult:
     snapshot = take_snapshot(
         machine,
         "preflight",
-        port=ctx.port,
-        container=ctx.container,
+        port=ctx.settings.serving_port,
+        container=ctx.settings.container,
         card=False,
-        api_key_file=ctx.api_key_file,
+        api_key_file=ctx.settings.api_key_file,
     )
     smi: dict[str, object] = {}
     try:
@@ -58,7 +58,7 @@ def preflight(ctx: Context) -> GateResult:
         gate.error(f"tt-smi names no p150 board (boards: {boards or 'none'})")
     if smi and not identity["driver"]:
         gate.error("tt-smi reports no driver version")
-    holders = hostops.device_holders(machine, smi, ctx.container) if smi else []
+    holders = hostops.device_holders(machine, smi, ctx.settings.container) if smi else []
     gate.numbers["other_device_holders"] = holders
     if holders:
         gate.error("processes other than the serving unit hold the device: " + "; ".join(holders))

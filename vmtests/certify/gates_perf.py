@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vmtests.certify import hostops, prompts, stats
+from vmtests.certify import prompts, stats
 from vmtests.certify.arms import Configuration
 from vmtests.certify.context import Context, spec
 from vmtests.certify.gates import judge_records
@@ -252,7 +252,7 @@ def _itl(ctx: Context) -> tuple[float, float]:
 def cold_warm(ctx: Context) -> GateResult:
     """Cold (fresh server) then warm, per prompt size, with the prefix-cache hit ratio."""
     gate = GateResult("cold_warm")
-    outcome = hostops.restart_checked(ctx.machine, ctx.port)
+    outcome = ctx.restart()
     gate.numbers["restart_stop"] = outcome.to_dict()
     if not outcome.ok:
         gate.fail(f"restart for the cold phase: {outcome.message}")

@@ -1,18 +1,28 @@
-"""Golden output shas: recorded once on an accepted configuration, never by the judged run.
+"""Golden output shas, per condition: recorded once on an accepted configuration, never by the
+judged run.
+
+vLLM promises reproducible online output only with batch invariance (vLLM docs,
+``docs/usage/reproducibility.md``), which needs NVIDIA, AMD or Intel kernels
+(``docs/features/batch_invariance.md``), not a Tenstorrent card: a correct server may give
+other tokens at another batch size or cache state. So every output is recorded and judged
+under its **condition**: the number of requests sent together (``b1``, ``b8``, ``b32``) and
+whether the prompt was already sent since the server last started, as far as this run knows
+(``cold`` the first time, ``warm`` after). The recording replays the gates themselves, so it
+records exactly the conditions they judge.
 
 ``vmtests/certify/golden/<profile>.json`` holds, per server identity (vLLM version, served
-model and model path, as ``/version`` and ``/v1/models`` report them), the sha256 of each
-frozen prompt's output at temperature 0, with the sha of the prompt text and ``max_tokens``,
-so that a changed prompt or budget is an error instead of a silent mismatch:
+model and model path, as ``/version`` and ``/v1/models`` report them), for each frozen prompt
+the sha of its text, ``max_tokens`` and one output sha per condition, so that a changed prompt
+or budget is an error instead of a silent mismatch:
 
     {"profile": "cfx-llm2",
      "servers": {"<server key>": {"recorded_at": "...", "config_digest": "sha256:...",
-                                  "outputs": {"smoke-1": {"sha256": "...",
-                                                          "prompt_sha256": "...",
-                                                          "max_tokens": 48}}}}}
+                                  "outputs": {"smoke-1": {"prompt_sha256": "...",
+                                                          "max_tokens": 48,
+                                                          "conditions": {"b1-cold": "..."}}}}}}
 
-Only ``vmtests certify --record-golden`` writes these files. A missing file, a missing server
-entry or a missing prompt is an error (``GoldenMissing``), never a pass.
+Only ``vmtests certify --record-golden`` writes these files. A missing file, server entry,
+prompt or condition is an error (``GoldenMissing``), never a pass.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from vmtests.certify.loadgen import RequestSpec, sha256_text
 from vmtests.report import write_atomic
 
 GOLDEN_DIR = Path(__file__).with_name("golden")
+COLD, WARM = "cold", "warm"
 
 
 class GoldenMissing(LookupError):
@@ -40,6 +51,11 @@ class Verdict:
 
     ok: bool
     message: str
+
+
+def condition(batch: int, warm: bool) -> str:
+    """The condition key of a request: ``b<requests sent together>-<cold|warm>``."""
+    return f"b{batch}-{WARM if warm else COLD}"
 
 
 def golden_path(profile: str, directory: Path = GOLDEN_DIR) -> Path:
@@ -83,8 +99,8 @@ class GoldenStore:
         outputs: dict[str, Any] = servers[self.key].get("outputs", {})
         return outputs
 
-    def judge(self, spec: RequestSpec, output_sha: str) -> Verdict:
-        """Compare one output's sha with the golden value of its prompt."""
+    def judge(self, spec: RequestSpec, output_sha: str, at: str) -> Verdict:
+        """Compare one output's sha with the golden value of its prompt at condition ``at``."""
         entry = self.outputs().get(spec.prompt_id)
         if entry is None:
             raise GoldenMissing(f"{self.path}: no golden value for prompt {spec.prompt_id}")
@@ -98,27 +114,69 @@ class GoldenStore:
                 f"{self.path}: prompt {spec.prompt_id} was recorded with max_tokens "
                 f"{entry.get('max_tokens')}, judged with {spec.max_tokens}"
             )
-        if entry["sha256"] != output_sha:
+        conditions: dict[str, str] = entry.get("conditions", {})
+        if at not in conditions:
+            raise GoldenMissing(
+                f"{self.path}: prompt {spec.prompt_id} has no golden value at condition {at} "
+                f"(recorded: {', '.join(sorted(conditions)) or 'none'}); record with "
+                "--record-golden and the same options"
+            )
+        golden = conditions[at]
+        if golden != output_sha:
             return Verdict(
                 False,
-                f"output sha {output_sha[:16]}... differs from golden {entry['sha256'][:16]}...",
+                f"output sha {output_sha[:16]}... differs from golden {golden[:16]}... at {at}",
             )
-        return Verdict(True, f"output sha equals golden {output_sha[:16]}...")
+        return Verdict(True, f"output sha equals golden {output_sha[:16]}... at {at}")
 
-    def record(self, shas: Mapping[RequestSpec, str], config_digest: str) -> Path:
-        """Write the golden values of ``shas`` (spec -> output sha) for this server."""
+    def record(
+        self,
+        shas: Mapping[tuple[RequestSpec, str], str],
+        config_digest: str,
+        *,
+        merge: bool = False,
+    ) -> Path:
+        """Write the golden values ``shas`` ((spec, condition) -> output sha) for this server:
+        they replace its entry, or with ``merge`` (a partial recording) the entries of their
+        prompts only."""
+        outputs: dict[str, dict[str, Any]] = {}
+        ordered = sorted(shas.items(), key=lambda item: (item[0][0].prompt_id, item[0][1]))
+        for (spec, at), sha in ordered:
+            entry = outputs.setdefault(
+                spec.prompt_id,
+                {
+                    "prompt_sha256": sha256_text(spec.prompt),
+                    "max_tokens": spec.max_tokens,
+                    "conditions": {},
+                },
+            )
+            entry["conditions"][at] = sha
         document = self._document()
         document["profile"] = self.profile
+        if merge:
+            known = document.get("servers", {}).get(self.key, {}).get("outputs", {})
+            outputs = {**known, **outputs}
         document.setdefault("servers", {})[self.key] = {
             "recorded_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "config_digest": config_digest,
-            "outputs": {
-                spec.prompt_id: {
-                    "sha256": sha,
-                    "prompt_sha256": sha256_text(spec.prompt),
-                    "max_tokens": spec.max_tokens,
-                }
-                for spec, sha in sorted(shas.items(), key=lambda item: item[0].prompt_id)
-            },
+            "outputs": outputs,
         }
         return write_atomic(self.path, json.dumps(document, indent=2, sort_keys=True) + "\n")
+
+
+class GoldenRecorder:
+    """Collects one sha per (prompt, condition) during a recording run; a second, different
+    sha for the same pair is not reproducible and is refused."""
+
+    def __init__(self) -> None:
+        self.shas: dict[tuple[RequestSpec, str], str] = {}
+
+    def add(self, spec: RequestSpec, at: str, sha: str) -> str:
+        """Keep ``sha``; return a problem (``""`` when none)."""
+        known = self.shas.setdefault((spec, at), sha)
+        if known == sha:
+            return ""
+        return (
+            f"not reproducible at {at}: output sha {sha[:16]}... after {known[:16]}... for the "
+            "same prompt (no golden value can be recorded for it)"
+        )

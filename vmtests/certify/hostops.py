@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vmtests.contracts.serving import SERVING_UNIT
+from vmtests.contracts.settings import Settings
 from vmtests.driver.machine import Machine
 from vmtests.profiles.expectations import parse_module_banner
 from vmtests.scenario.collection.snapshot import Snapshot
@@ -27,8 +28,6 @@ from vmtests.scenario.judgement.banners import module_banner_lines
 CLD_EXITED, CLD_KILLED, CLD_DUMPED = 1, 2, 3
 SIGKILL = 9
 DOCKER_KILLED = 137
-STOP_TIMEOUT = 180.0
-START_TIMEOUT = 300.0
 TT_SMI = "tt-smi"
 
 
@@ -78,9 +77,10 @@ def _properties(machine: Machine, unit: str, names: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 
-def stop_checked(machine: Machine, unit: str = SERVING_UNIT) -> StopOutcome:
-    """``systemctl stop`` the unit, then judge how its main process ended."""
-    machine.succeed(f"systemctl stop {shlex.quote(unit)}", timeout=STOP_TIMEOUT)
+def stop_checked(machine: Machine, settings: Settings, unit: str = SERVING_UNIT) -> StopOutcome:
+    """``systemctl stop`` the unit (at most ``stop_timeout``), then judge how its main process
+    ended."""
+    machine.succeed(f"systemctl stop {shlex.quote(unit)}", timeout=settings.stop_timeout)
     props = _properties(machine, unit, "ExecMainCode,ExecMainStatus,Result")
     return judge_exit(
         int(props.get("ExecMainCode") or 0),
@@ -89,16 +89,17 @@ def stop_checked(machine: Machine, unit: str = SERVING_UNIT) -> StopOutcome:
     )
 
 
-def start(machine: Machine, port: int, unit: str = SERVING_UNIT) -> None:
-    """``systemctl start`` the unit and wait until it is active and ``/health`` answers."""
-    machine.succeed(f"systemctl start {shlex.quote(unit)}", timeout=START_TIMEOUT)
-    wait_ready(machine, port, START_TIMEOUT)
+def start(machine: Machine, settings: Settings, unit: str = SERVING_UNIT) -> None:
+    """``systemctl start`` the unit and wait until it is active and ``/health`` answers (each
+    at most ``ready_timeout``)."""
+    machine.succeed(f"systemctl start {shlex.quote(unit)}", timeout=settings.ready_timeout)
+    wait_ready(machine, settings.serving_port, settings.ready_timeout)
 
 
-def restart_checked(machine: Machine, port: int, unit: str = SERVING_UNIT) -> StopOutcome:
+def restart_checked(machine: Machine, settings: Settings, unit: str = SERVING_UNIT) -> StopOutcome:
     """Stop (checked) and start the unit: a fresh server with an empty prefix cache."""
-    outcome = stop_checked(machine, unit)
-    start(machine, port, unit)
+    outcome = stop_checked(machine, settings, unit)
+    start(machine, settings, unit)
     return outcome
 
 

@@ -56,7 +56,7 @@ class RequestSpec:
 
 TIMEOUT, CONNECTION, STREAM_ERROR = "timeout", "error", "stream-error"
 """Why a request got no complete answer (``RequestRecord.error_kind``), besides an HTTP status."""
-DEGENERATE, WRONG_OUTPUT = "degenerate", "wrong-output"
+DEGENERATE, WRONG_OUTPUT, UNREPRODUCIBLE = "degenerate", "wrong-output", "unreproducible"
 """What is wrong with an answer (``RequestRecord.finding_kinds``)."""
 
 
@@ -86,10 +86,12 @@ class RequestRecord:
     client_cpu: float = 0.0
     findings: list[str] = field(default_factory=list)
     finding_kinds: list[str] = field(default_factory=list)
+    condition: str = ""
+    """The golden condition it was sent under (``b32-warm``: see ``vmtests.certify.golden``)."""
 
     def add_finding(self, kind: str, text: str) -> None:
-        """Note what is wrong with the answer: ``kind`` (``DEGENERATE``, ``WRONG_OUTPUT``) and
-        ``text`` for people."""
+        """Note what is wrong with the answer: ``kind`` (``DEGENERATE``, ``WRONG_OUTPUT``,
+        ``UNREPRODUCIBLE``) and ``text`` for people."""
         self.finding_kinds.append(kind)
         self.findings.append(text)
 

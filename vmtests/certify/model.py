@@ -16,6 +16,12 @@ from vmtests.certify.loadgen import RequestRecord
 from vmtests.contracts.status import ExitStatus, RunStatus
 
 PASSED, FAILED, ERROR, SKIPPED = "passed", "failed", "error", "skipped"
+REPORTED = "reported"
+"""A report-only gate (the determinism probe): it shows what it found and never fails."""
+DEGENERATE_DETECTOR, GOLDEN_DETECTOR = "degenerate", "golden"
+CERTIFY, RECORD, PROBE = "certify", "record-golden", "probe-determinism"
+"""The run's mode (``options["mode"]``): judge the gates, record golden values, or probe how
+deterministic the server's outputs are (report only)."""
 """A gate's status."""
 
 
@@ -55,6 +61,34 @@ class GateResult:
 
 
 @dataclass
+class DetectorCounts:
+    """How many responses one detector judged and how many it flagged (and why)."""
+
+    judged: int = 0
+    flagged: int = 0
+    not_judged: int = 0
+    """Responses it could not judge: no golden value for the golden comparison."""
+    reasons: dict[str, int] = field(default_factory=dict)
+    """Flagged responses per reason: the degenerate rule, or the condition of a wrong output."""
+
+    def count(self, flagged: bool, reasons: tuple[str, ...] = ()) -> None:
+        """One judged response."""
+        self.judged += 1
+        self.flagged += int(flagged)
+        for reason in reasons:
+            self.reasons[reason] = self.reasons.get(reason, 0) + 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "judged": self.judged,
+            "flagged": self.flagged,
+            "not_judged": self.not_judged,
+            "reasons": dict(sorted(self.reasons.items())),
+        }
+
+
+@dataclass
 class CertificationResult:
     """Everything ``certificate.json`` holds; valid at every moment of the run."""
 
@@ -72,37 +106,59 @@ class CertificationResult:
     left_on: str = ""
     wall_seconds: float = 0.0
     loadgen_overhead: dict[str, float] = field(default_factory=dict)
+    detectors: dict[str, DetectorCounts] = field(
+        default_factory=lambda: {
+            DEGENERATE_DETECTOR: DetectorCounts(),
+            GOLDEN_DETECTOR: DetectorCounts(),
+        }
+    )
+    unanswered: int = 0
+    """Requests without a response to judge (an HTTP error, a timeout, a broken stream)."""
 
     def gate(self, name: str) -> GateResult | None:
         """The gate called ``name``, if it ran."""
         return next((gate for gate in self.gates if gate.name == name), None)
 
     @property
+    def mode(self) -> str:
+        """``CERTIFY``, ``RECORD`` or ``PROBE``."""
+        return str(self.options.get("mode", CERTIFY))
+
+    @property
     def exit_status(self) -> ExitStatus:
-        """OK certified, FAILED a gate failed, INCOMPLETE the run could not complete."""
+        """OK certified (or recorded, or probed), FAILED a gate failed, INCOMPLETE the run could
+        not complete."""
         if any(gate.status == FAILED for gate in self.gates):
             return ExitStatus.FAILED
         if self.status != RunStatus.FINISHED or any(gate.status == ERROR for gate in self.gates):
             return ExitStatus.INCOMPLETE
-        if self.options.get("partial") or not self.gates:
+        if (self.options.get("partial") and self.mode == CERTIFY) or not self.gates:
             return ExitStatus.INCOMPLETE
-        return ExitStatus.OK  # also: golden values recorded (the verdict says it is no pass)
+        return ExitStatus.OK  # also: golden values recorded, or the probe reported
 
     @property
     def verdict(self) -> str:
-        """One line: CERTIFIED, NOT CERTIFIED (which gates) or INCOMPLETE (why)."""
+        """One line: CERTIFIED, NOT CERTIFIED (which gates) or INCOMPLETE (why); what a
+        recording or a probe gave."""
         failed = [gate.name for gate in self.gates if gate.status == FAILED]
         errors = [gate.name for gate in self.gates if gate.status == ERROR]
         if failed:
-            return f"NOT CERTIFIED: gate(s) failed: {', '.join(failed)}"
+            what = "GOLDEN NOT RECORDED" if self.mode == RECORD else "NOT CERTIFIED"
+            return f"{what}: gate(s) failed: {', '.join(failed)}"
         if self.status == RunStatus.REFUSED:
             return f"INCOMPLETE: preflight refused: {self.error}"
         if self.status != RunStatus.FINISHED:
             return f"INCOMPLETE: run {self.status}: {self.error}"
         if errors:
             return f"INCOMPLETE: gate(s) could not be judged: {', '.join(errors)}"
-        if self.options.get("record_golden"):
-            return f"GOLDEN RECORDED for profile {self.profile} (no gate judged: not a certificate)"
+        if self.mode == RECORD:
+            recorded = self.gate("record_golden")
+            summary = recorded.summary if recorded else "nothing recorded"
+            return f"GOLDEN RECORDED for profile {self.profile}: {summary} (not a certificate)"
+        if self.mode == PROBE:
+            probe = self.gate("determinism")
+            summary = probe.summary if probe else "no probe ran"
+            return f"DETERMINISM PROBE (report only, not a certificate): {summary}"
         if self.options.get("partial"):
             return "INCOMPLETE: only some gates ran (--only); a partial run never certifies"
         return f"CERTIFIED: profile {self.profile} on {self.target}"

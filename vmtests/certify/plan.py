@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from vmtests.certify import prompts
+from vmtests.certify import determinism, prompts
 from vmtests.certify.context import Options
 from vmtests.certify.gates_perf import AB_PATTERN
+from vmtests.certify.model import CERTIFY, PROBE, RECORD
 from vmtests.stub import latency
 
 ALL_GATES = ("preflight", "smoke", "extended", "concurrency", "ab", "decode_b1", "cold_warm")
@@ -42,23 +43,30 @@ def build_plan(
     profile: str,
     ab_profile: str | None,
     switch: str,
-    record_golden: bool = False,
+    mode: str = CERTIFY,
     restart_seconds: float = 300.0,
 ) -> list[Step]:
-    """The steps of a run with these options (``options.only`` limits the gates)."""
+    """The steps of a run with these options (``options.only`` limits the gates): a
+    certification, a recording of golden values (the gates replayed on ``profile`` alone, every
+    output recorded per condition) or the report-only determinism probe."""
     steps = [_preflight(options, profile)]
-    if record_golden:
-        return [*steps, _record_golden(options, profile)]
+    if mode == PROBE:
+        return [*steps, _determinism(options)]
     wanted = set(options.only or ALL_GATES)
-    steps += [_correctness(options, name) for name in ("smoke", "extended") if name in wanted]
+    ab_profile = None if mode == RECORD else ab_profile
+    steps += [_correctness(options, name, mode) for name in ("smoke", "extended") if name in wanted]
     if "concurrency" in wanted:
         steps.append(_concurrency(options, profile))
+    if "ab" in wanted and mode == RECORD:
+        steps.append(_ab_recorded(options, profile))
     if "ab" in wanted and ab_profile:
         steps.append(_ab(options, profile, ab_profile, switch, restart_seconds))
     if "decode_b1" in wanted:
         steps.append(_decode_b1(options))
     if "cold_warm" in wanted:
         steps.append(_cold_warm(options, restart_seconds))
+    if mode == RECORD:
+        steps.append(_record_golden(profile))
     if "ab" in wanted and ab_profile:
         steps.append(Step("finish", f"the host ends on {profile} (each ABBA block ends on A)"))
     return steps
@@ -74,27 +82,50 @@ def _preflight(options: Options, profile: str) -> Step:
     )
 
 
-def _record_golden(options: Options, profile: str) -> Step:
-    every = [*prompts.SMOKE, *prompts.EXTENDED, *prompts.concurrency_prompts()]
-    count = len(every) + len(prompts.ab_prompts()) + 1 + 2 * len(prompts.LONG_SIZES)
-    seconds = sum(_request_seconds(300, options.correctness_tokens) for _ in range(count))
-    seconds += sum(_request_seconds(t, options.long_tokens) for t in prompts.LONG_SIZES.values())
+def _determinism(options: Options) -> Step:
+    b1 = determinism.B1_SENDS * len(prompts.SMOKE)
+    count = b1 + determinism.REPEATS * sum(determinism.BATCHES)
+    seconds = b1 * _request_seconds(40, options.correctness_tokens) + determinism.REPEATS * sum(
+        _request_seconds(60, options.correctness_tokens, width) for width in determinism.BATCHES
+    )
     return Step(
-        "record_golden",
-        f"send {count} fixed prompts once at B=1, temperature 0; write "
-        f"vmtests/certify/golden/{profile}.json (no gate is judged)",
+        "determinism",
+        f"report only: the {len(prompts.SMOKE)} smoke prompts at B=1 {determinism.B1_SENDS} "
+        f"times (cold, warm, warm), then with fillers at "
+        f"B={'/'.join(map(str, determinism.BATCHES))} {determinism.REPEATS} times each; which "
+        "outputs differ and how (no golden values)",
         count,
         0,
         seconds,
     )
 
 
-def _correctness(options: Options, name: str) -> Step:
+def _record_golden(profile: str) -> Step:
+    return Step(
+        "record_golden",
+        "write every output's sha per condition (batch size, cold or warm) to "
+        f"vmtests/certify/golden/{profile}.json, only if every step passed",
+    )
+
+
+def _ab_recorded(options: Options, profile: str) -> Step:
+    per_run = len(prompts.ab_prompts())
+    rounds = math.ceil(per_run / options.ab_concurrency)
+    return Step(
+        "ab",
+        f"the A/B's {per_run} prompts once at concurrency {options.ab_concurrency} on {profile} "
+        "(recorded; no switch)",
+        per_run,
+        0,
+        rounds * _request_seconds(200, options.ab_tokens, options.ab_concurrency),
+    )
+
+
+def _correctness(options: Options, name: str, mode: str) -> Step:
     count = len(prompts.SMOKE if name == "smoke" else prompts.EXTENDED)
     seconds = count * _request_seconds(40, options.correctness_tokens)
-    return Step(
-        name, f"{count} fixed prompts, B=1, temperature 0, sha vs golden", count, 0, seconds
-    )
+    judged = "recorded per condition" if mode == RECORD else "vs golden (per condition)"
+    return Step(name, f"{count} fixed prompts, B=1, temperature 0, sha {judged}", count, 0, seconds)
 
 
 def _concurrency(options: Options, profile: str) -> Step:

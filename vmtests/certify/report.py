@@ -12,7 +12,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vmtests.certify.model import CertificationResult
+from vmtests.certify.model import (
+    DEGENERATE_DETECTOR,
+    GOLDEN_DETECTOR,
+    PROBE,
+    RECORD,
+    CertificationResult,
+)
 from vmtests.report import write_atomic
 from vmtests.scenario.collection.redact import redact_text
 
@@ -35,6 +41,8 @@ def certificate_data(result: CertificationResult) -> dict[str, Any]:
         "options": result.options,
         "identity": result.identity,
         "loadgen_overhead": result.loadgen_overhead,
+        "detectors": {name: counts.to_dict() for name, counts in result.detectors.items()},
+        "unanswered": result.unanswered,
         "gates": [gate.to_dict() for gate in result.gates],
         "switches": [switch.to_dict() for switch in result.switches],
         "requests": [record.to_dict() for record in result.requests],
@@ -76,6 +84,10 @@ def markdown(result: CertificationResult) -> str:
         summary = gate.summary.replace("|", "\\|")
         numbers = _key_numbers(gate.numbers).replace("|", "\\|")
         lines.append(f"| {gate.name} | **{gate.status}** | {summary} | {numbers} |")
+    lines += ["", *detector_lines(result)]
+    probe = result.gate("determinism")
+    if probe is not None:
+        lines += ["", *probe_lines(probe.numbers)]
     for gate in result.gates:
         if gate.problems:
             lines += ["", f"## {gate.name}: problems", ""]
@@ -103,6 +115,57 @@ def markdown(result: CertificationResult) -> str:
             f"{overhead.get('client_cpu_share_of_e2e', 0):.2%} of the request time",
         ]
     return redact_text("\n".join(lines) + "\n")
+
+
+def detector_lines(result: CertificationResult) -> list[str]:
+    """How many responses each detector judged and flagged, stated even when none was."""
+    degenerate = result.detectors[DEGENERATE_DETECTOR]
+    golden = result.detectors[GOLDEN_DETECTOR]
+    lines = [
+        "## Detectors",
+        "",
+        f"- degenerate-output detector (needs no golden values): judged {degenerate.judged} "
+        f"responses, flagged {degenerate.flagged}" + _reasons(degenerate.reasons),
+    ]
+    if result.mode == RECORD:
+        lines.append("- golden comparison: not run (this run records the golden values)")
+    elif result.mode == PROBE:
+        lines.append("- golden comparison: not run (the probe compares outputs with each other)")
+    else:
+        lines.append(
+            f"- golden comparison: judged {golden.judged} responses, flagged {golden.flagged}"
+            + _reasons(golden.reasons)
+            + (f"; {golden.not_judged} without a golden value" if golden.not_judged else "")
+        )
+    lines.append(
+        f"- requests without a response to judge (HTTP error, timeout): {result.unanswered}"
+    )
+    return lines
+
+
+def _reasons(reasons: dict[str, int]) -> str:
+    return (
+        f" ({', '.join(f'{name}: {n}' for name, n in sorted(reasons.items()))})" if reasons else ""
+    )
+
+
+def probe_lines(numbers: dict[str, Any]) -> list[str]:
+    """The determinism probe's table: per prompt, its verdict and where its outputs part."""
+    lines = [
+        "## Determinism probe (report only)",
+        "",
+        "| prompt | verdict | differences |",
+        "| --- | --- | --- |",
+    ]
+    for prompt, found in numbers.get("results", {}).items():
+        differences = "; ".join(
+            f"{name}: parts after {diff['common_prefix_chars']} chars "
+            f"({diff['first']!r} / {diff['second']!r})"
+            for name, diff in found["differences"].items()
+        )
+        cells = (prompt, found["verdict"], differences or "-")
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return lines
 
 
 def write_certificate(result: CertificationResult, directory: Path) -> dict[str, Path]:

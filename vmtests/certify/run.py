@@ -1,9 +1,11 @@
-"""The certification run: preflight, the gates in order, the golden recording, the report.
+"""The certification run: preflight, the gates in order, the report; or the golden recording,
+or the determinism probe.
 
-``certify(...)`` never leaves without writing the certificate (``finally``). On Ctrl-C it puts
-the host back on the configuration it started from (a checked switch) and says in the report
-which configuration the host was left on; a second Ctrl-C during that switch leaves the report
-saying it is unknown and which switch was under way.
+``certify(...)`` never leaves without writing the certificate (``finally``). When the run is
+interrupted (Ctrl-C) or an error ends it after it switched or restarted anything, it puts the
+host back on the configuration it started from (a checked switch) and says in the report which
+configuration the host was left on; a second Ctrl-C, or a failure, during that switch leaves the
+report saying it is unknown and which switch was under way.
 """
 
 from __future__ import annotations
@@ -14,16 +16,24 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from vmtests.certify import gates, gates_perf, prompts
+from vmtests.certify import gates, gates_perf, prompts, recording
 from vmtests.certify.arms import Configuration
 from vmtests.certify.context import Context, Options, spec
+from vmtests.certify.determinism import probe
 from vmtests.certify.endpoint import serving_endpoint
-from vmtests.certify.golden import GOLDEN_DIR, GoldenStore, server_key
+from vmtests.certify.golden import GOLDEN_DIR, GoldenRecorder, GoldenStore, server_key
 from vmtests.certify.loadgen import LoadGenerator, RequestSpec, overhead_summary
-from vmtests.certify.model import ERROR, PASSED, CertificationResult, GateResult
+from vmtests.certify.model import (
+    CERTIFY,
+    ERROR,
+    PROBE,
+    RECORD,
+    CertificationResult,
+    GateResult,
+)
 from vmtests.certify.plan import ALL_GATES
 from vmtests.certify.report import write_certificate
-from vmtests.contracts.serving import SERVING_CONTAINER, SERVING_PORT
+from vmtests.contracts.settings import Settings
 from vmtests.contracts.status import RunStatus
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
@@ -60,31 +70,13 @@ def golden_specs(options: Options) -> list[RequestSpec]:
     ]
 
 
-def record_golden(ctx: Context, store: GoldenStore) -> GateResult:
-    """Send every fixed prompt once at B=1 and write their shas (refusing degenerate output)."""
-    gate = GateResult("record_golden")
-    specs = golden_specs(ctx.options)
-    batch = ctx.batch(specs, concurrency=1, stage="record_golden", label="record")
-    bad = [record for record in batch.records if not record.ok]
-    for record in bad:
-        gate.error(f"{record.prompt_id}: {record.error or '; '.join(record.findings)}")
-    if not bad:
-        by_id = {request.prompt_id: request for request in specs}
-        path = store.record(
-            {by_id[r.prompt_id]: r.output_sha for r in batch.records}, ctx.base.digest
-        )
-        gate.status = PASSED
-        gate.numbers.update(prompts=len(specs), file=str(path), server=store.key)
-        gate.summary = f"recorded {len(specs)} golden shas in {path}"
-    return gate
-
-
 def _gate_functions(ctx: Context) -> dict[str, Callable[[], GateResult]]:
+    ab = recording.ab_outputs if ctx.recorder is not None else gates_perf.ab
     return {
         "smoke": lambda: gates.correctness(ctx, "smoke", prompts.SMOKE),
         "extended": lambda: gates.correctness(ctx, "extended", prompts.EXTENDED),
         "concurrency": lambda: gates.concurrency(ctx),
-        "ab": lambda: gates_perf.ab(ctx),
+        "ab": lambda: ab(ctx),
         "decode_b1": lambda: gates_perf.decode_b1(ctx),
         "cold_warm": lambda: gates_perf.cold_warm(ctx),
     }
@@ -103,12 +95,16 @@ def _timed(ctx: Context, name: str, run: Callable[[], GateResult]) -> GateResult
     return gate
 
 
-def _restore(ctx: Context) -> None:
-    """Put the host back on the starting configuration after an interruption."""
-    if ctx.current == ctx.base.name:
+def _restore(ctx: Context | None, result: CertificationResult, after: str) -> None:
+    """Put the host back on the starting configuration after ``after`` (an interruption or an
+    error), when the run changed anything; a failure to do so is added to the result's error."""
+    if ctx is None or not ctx.touched or ctx.current == ctx.base.name:
         return
-    with log.nested(f"restoring {ctx.base.name} after the interruption"):
-        ctx.switch(ctx.base, reason="restore the starting configuration")
+    try:
+        with log.nested(f"restoring {ctx.base.name} after {after}"):
+            ctx.switch(ctx.base, reason="restore the starting configuration")
+    except (KeyboardInterrupt, DriverError, OSError, RuntimeError, ValueError) as error:
+        result.error += f"; restoring {ctx.base.name} failed: {type(error).__name__}: {error}"
 
 
 def certify(
@@ -120,48 +116,47 @@ def certify(
     report_dir: Path,
     options: Options | None = None,
     ab_profile: Profile | None = None,
-    record: bool = False,
-    port: int = SERVING_PORT,
-    container: str | None = SERVING_CONTAINER,
+    mode: str = CERTIFY,
+    settings: Settings | None = None,
     golden_dir: Path = GOLDEN_DIR,
-    api_key_file: str | None = None,
 ) -> CertificationResult:
     """Run the certification on a started ``machine``; the certificate is always written.
 
-    ``api_key_file`` names the file on the machine holding the server's API key: every request
-    then carries it as a bearer token (vLLM ``--api-key``).
+    ``mode`` is ``CERTIFY`` (judge the gates), ``RECORD`` (record golden values) or ``PROBE``
+    (the determinism probe). ``settings`` are the host's (timeouts, container, serving port and
+    the file on the machine holding the server's API key, which every request then carries as a
+    bearer token: vLLM ``--api-key``).
     """
     options = options or Options()
+    settings = settings or Settings()
+    api_key_file = settings.api_key_file
     result = CertificationResult(profile.name, target, ab_profile.name if ab_profile else None)
-    result.options = {**asdict(options), "partial": bool(options.only), "record_golden": record}
+    result.options = {**asdict(options), "partial": bool(options.only), "mode": mode}
     start = time.monotonic()
     ctx: Context | None = None
     try:
         base = Configuration.of(profile)
         arm_b = Configuration.of(ab_profile) if ab_profile else None
         api_key = read_api_key(machine, api_key_file) if api_key_file else None
-        with serving_endpoint(machine, port) as url:
+        with serving_endpoint(machine, settings.serving_port) as url:
             generator = LoadGenerator(url, api_key=api_key)
             key, model = _server_identity(generator, api_key_file)
             generator.model = model
             store = GoldenStore(profile.name, key, golden_dir)
             ctx = Context(
                 machine, generator, switcher, base, result, options,
-                golden=None if record else store, port=port, arm_b=arm_b, container=container,
-                report_dir=report_dir, api_key_file=api_key_file,
+                golden=store if mode == CERTIFY else None, settings=settings, arm_b=arm_b,
+                report_dir=report_dir, recorder=GoldenRecorder() if mode == RECORD else None,
             )  # fmt: skip
-            _run(ctx, store, record)
+            _run(ctx, store)
             if result.status != RunStatus.REFUSED:
                 result.status = RunStatus.FINISHED
     except KeyboardInterrupt:
         result.status, result.error = RunStatus.INTERRUPTED, "interrupted (Ctrl-C)"
-        if ctx is not None:
-            try:
-                _restore(ctx)
-            except (KeyboardInterrupt, DriverError, OSError) as error:
-                result.error += f"; restoring {ctx.base.name} failed: {type(error).__name__}"
+        _restore(ctx, result, "the interruption")
     except (DriverError, OSError, RuntimeError, ValueError) as error:
         result.status, result.error = RunStatus.ERROR, f"{type(error).__name__}: {error}"
+        _restore(ctx, result, "the error")
     finally:
         result.wall_seconds = time.monotonic() - start
         result.left_on = ctx.current if ctx is not None else "unchanged (nothing was switched)"
@@ -171,7 +166,7 @@ def certify(
     return result
 
 
-def _run(ctx: Context, store: GoldenStore, record: bool) -> None:
+def _run(ctx: Context, store: GoldenStore) -> None:
     result = ctx.result
     preflight = _timed(ctx, "preflight", lambda: gates.preflight(ctx))
     result.started_on = ctx.current
@@ -179,15 +174,17 @@ def _run(ctx: Context, store: GoldenStore, record: bool) -> None:
         result.status = RunStatus.REFUSED
         result.error = "; ".join(preflight.problems[:3])
         return
-    if record:
-        _timed(ctx, "record_golden", lambda: record_golden(ctx, store))
+    if result.mode == PROBE:
+        _timed(ctx, "determinism", lambda: probe(ctx))
         return
     functions = _gate_functions(ctx)
     for name in ALL_GATES[1:]:
         if ctx.options.only and name not in ctx.options.only:
             continue
-        if name == "ab" and ctx.arm_b is None:
+        if name == "ab" and ctx.arm_b is None and result.mode != RECORD:
             continue
         _timed(ctx, name, functions[name])
-    if ctx.current != ctx.base.name:
+    if result.mode == RECORD:
+        _timed(ctx, "record_golden", lambda: recording.write_golden(ctx, store))
+    if ctx.touched and ctx.current != ctx.base.name:
         ctx.switch(ctx.base, reason="end on the starting configuration")

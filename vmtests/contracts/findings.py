@@ -45,6 +45,15 @@ class Check(StrEnum):
     REBOOT = "scenario.reboot"
     RESTART = "scenario.restart"
     SWITCHED_SYSTEM = "switch.system"
+    # the run's preflight (vmtests.scenario.runner.preflight): asked before anything changes
+    PREFLIGHT_TOOLS = "preflight.tools"
+    PREFLIGHT_MEMORY = "preflight.memory"
+    PREFLIGHT_HUGEPAGES = "preflight.hugepages"
+    PREFLIGHT_DISK = "preflight.disk"
+    PREFLIGHT_EVALUATES = "preflight.evaluates"
+    PREFLIGHT_RESTARTS = "preflight.restarts"
+    PREFLIGHT_API = "preflight.api"
+    PREFLIGHT_GENERATION = "preflight.generation"
 
 
 class Reason(StrEnum):
@@ -118,6 +127,14 @@ class Reason(StrEnum):
     WRONG_GENERATION_BOOTED = "wrong-generation-booted"
     SWITCH_DID_NOT_RESTART = "switch-did-not-restart"
     OTHER_SYSTEM_ACTIVATED = "other-system-activated"
+    # the run's preflight
+    TOOL_MISSING = "tool-missing"
+    LOW_MEMORY = "low-memory"
+    HUGEPAGES_DO_NOT_FIT = "hugepages-do-not-fit"
+    LOW_DISK = "low-disk"
+    DOES_NOT_EVALUATE = "does-not-evaluate"
+    SWITCH_CHANGES_NOTHING = "switch-changes-nothing"
+    NO_GENERATION = "no-generation"
 
 
 @dataclass(frozen=True, order=True)

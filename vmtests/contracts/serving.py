@@ -92,3 +92,11 @@ API_KEY_GUARDED_PREFIX = "/v1"
 lacks ``Authorization: Bearer <key>``; ``/health``, ``/metrics`` and ``/version`` stay open
 (vLLM 0.16 ``entrypoints/openai/server_utils.py``, ``AuthenticationMiddleware``). A probe of
 ``/health`` therefore cannot tell whether a key is needed: ``/v1/models`` can."""
+
+MIN_MEM_AVAILABLE_GIB = 4.0
+"""The owner's advisory on serve #52: before the verification boot, ``MemAvailable`` must be at
+least about 4 GB (docs/requirements.md). The run's preflight and the certification hold it."""
+
+MIN_DISK_GIB = 1.0
+"""Free space on ``/`` a switch needs at least (a new generation's store paths and logs): the
+run's preflight and the certification's hold it."""

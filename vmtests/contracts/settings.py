@@ -10,7 +10,11 @@ for a while (a test, ``vmtests bench``) takes effect.
 
 Values from elsewhere are layered over the environment's through the same declarations:
 ``Settings.overridden(values, origin)`` parses and checks ``field name -> text`` pairs (a host
-file, a target's options) exactly as the environment's, and names ``origin`` in its errors.
+file, a target's options) exactly as the environment's, names ``origin`` in its errors, and
+remembers it (``Settings.origin``), so that a report can say where each value came from. The
+settings declared ``per_host`` (timeouts, ssh options, the API key file, the container, the
+port) are the ones a host's file and a target's options may set (``vmtests.guest.host_settings``;
+docs/first-run.md says which values a real P150 host needs and why).
 """
 
 from __future__ import annotations
@@ -22,8 +26,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vmtests.contracts.serving import READY_TIMEOUT, SERVING_CONTAINER, SERVING_PORT
+
 # The keys of a setting's field metadata.
-VARIABLE, SHOWN_DEFAULT, CHOICES, PARSE = ("variable", "shown", "choices", "parse")
+VARIABLE, SHOWN_DEFAULT, CHOICES, PARSE, PER_HOST = (
+    "variable",
+    "shown",
+    "choices",
+    "parse",
+    "per_host",
+)
+DEFAULT_ORIGIN = "default"
+NO_CONTAINER = "none"
+"""The ``container`` setting's value for a serving unit whose main process is the server."""
 
 
 ACCELERATORS = ("auto", "kvm", "tcg")
@@ -40,6 +55,33 @@ def _path(value: str) -> Path | None:
     return Path(value).expanduser() if value else None
 
 
+def _seconds(value: str) -> float:
+    seconds = float(value)
+    if not seconds > 0:
+        raise ValueError(f"{value} is not a positive number of seconds")
+    return seconds
+
+
+def _port(value: str) -> int:
+    port = int(value)
+    if not 0 < port < 65536:
+        raise ValueError(f"{value} is not a TCP port")
+    return port
+
+
+def _boolean(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError(f"{value} is not a boolean (true/false)")
+
+
+def _container(value: str) -> str | None:
+    return None if value == NO_CONTAINER else value
+
+
 def setting(
     variable: str,
     default: object,
@@ -47,14 +89,18 @@ def setting(
     choices: tuple[str, ...] = (),
     parse: Callable[[str], object] = _text,
     shown: str | None = None,
+    per_host: bool = False,
 ) -> Any:
     """A ``Settings`` field read from ``variable``: ``default`` when it is unset or empty (shown
-    in README as ``shown``), one of ``choices`` when there are any, converted by ``parse``."""
+    in README as ``shown``), one of ``choices`` when there are any, converted by ``parse``
+    (a ``ValueError`` says why a text does not parse); ``per_host``: a host's file and a
+    target's options may set it too."""
     metadata = {
         VARIABLE: variable,
         SHOWN_DEFAULT: shown if shown is not None else f"`{default}`",
         CHOICES: choices,
         PARSE: parse,
+        PER_HOST: per_host,
     }
     return field(default=default, metadata=metadata)
 
@@ -111,10 +157,110 @@ class Settings:
     error where none can run), ``renderer`` (rendered from the Nix core) or ``auto`` (``nixos``
     where a nixpkgs tree is set up, else ``renderer``); every report says which ran and why."""
 
+    # ---- per host: also a host's ``--host-config`` file and a target's query options ----------
+
+    ready_timeout: float = setting(
+        "VMTESTS_READY_TIMEOUT", READY_TIMEOUT, parse=_seconds, shown="`300` s", per_host=True
+    )
+    """Seconds the server may take to answer ``/health`` after a start, a switch or a boot."""
+
+    reboot_timeout: float = setting(
+        "VMTESTS_REBOOT_TIMEOUT", 300.0, parse=_seconds, shown="`300` s", per_host=True
+    )
+    """Seconds from a reboot request until the machine answers again (a host's POST included)."""
+
+    switch_timeout: float = setting(
+        "VMTESTS_SWITCH_TIMEOUT", 900.0, parse=_seconds, shown="`900` s", per_host=True
+    )
+    """Seconds a switch (or rollback) command may take: ``nixos-rebuild switch --flake``
+    evaluates the whole NixOS configuration in the VM (once: ``--no-reexec`` skips nixpkgs
+    nixos-rebuild-ng's ``services.reexec``, which would evaluate and build the target's
+    ``system.build.nixos-rebuild`` first; ``--max-jobs 0`` builds nothing), then restarts the
+    serving unit (stop up to its ``TimeoutStopSec``, image load, model load); docs/ci-time.md has
+    what a shorter one left."""
+
+    stop_timeout: float = setting(
+        "VMTESTS_STOP_TIMEOUT", 180.0, parse=_seconds, shown="`180` s", per_host=True
+    )
+    """Seconds ``systemctl stop`` of the serving unit may take: the module's ``TimeoutStopSec``
+    is its ``stopTimeout`` (60 s, the graceful ``docker stop -t``) plus 30 s, so twice that."""
+
+    connect_timeout: float = setting(
+        "VMTESTS_SSH_CONNECT_TIMEOUT", 15.0, parse=_seconds, shown="`15` s", per_host=True
+    )
+    """Seconds one ssh connection attempt may take (``ssh -o ConnectTimeout``)."""
+
+    identity_file: Path | None = setting(
+        "VMTESTS_SSH_IDENTITY_FILE", None, parse=_path, shown="ssh's own", per_host=True
+    )
+    """The private key ssh logs in with."""
+
+    known_hosts: Path | None = setting(
+        "VMTESTS_SSH_KNOWN_HOSTS", None, parse=_path, shown="ssh's own", per_host=True
+    )
+    """The known_hosts file that pins the host's key."""
+
+    strict_host_key_checking: bool = setting(
+        "VMTESTS_SSH_STRICT_HOST_KEY_CHECKING", True, parse=_boolean, shown="`true`", per_host=True
+    )
+    """Off only when asked for, and then logged: the host's identity is not verified."""
+
+    sudo: bool | None = setting(
+        "VMTESTS_SSH_SUDO", None, parse=_boolean, shown="when the user is not root", per_host=True
+    )
+    """Run commands on an ssh target through ``sudo -n``."""
+
+    api_key_file: str | None = setting(
+        "VMTESTS_API_KEY_FILE", None, shown="none (no key is sent)", per_host=True
+    )
+    """The file on the machine holding the server's API key: the key alone, or an environment
+    file with ``VLLM_API_KEY=`` (what the container is given); read there, never copied here."""
+
+    container: str | None = setting(
+        "VMTESTS_CONTAINER", SERVING_CONTAINER, parse=_container, per_host=True
+    )
+    """The serving unit's docker/podman container (``docker inspect``); ``none``: the unit's
+    main process is the server itself."""
+
+    serving_port: int = setting("VMTESTS_SERVING_PORT", SERVING_PORT, parse=_port, per_host=True)
+    """The port the server listens on, on the machine."""
+
+    origins: Mapping[str, str] = field(default_factory=dict, compare=False)
+    """Where each value that is not the default came from (field name -> origin); not a
+    setting."""
+
     @classmethod
     def fields(cls) -> tuple[dataclasses.Field[Any], ...]:
         """The declared settings, in order."""
-        return dataclasses.fields(cls)
+        return tuple(f for f in dataclasses.fields(cls) if VARIABLE in f.metadata)
+
+    @classmethod
+    def per_host(cls) -> tuple[str, ...]:
+        """The names of the settings a host's file and a target's options may set."""
+        return tuple(f.name for f in cls.fields() if f.metadata[PER_HOST])
+
+    def origin(self, name: str) -> str:
+        """Where setting ``name``'s value came from (``default`` when nothing set it)."""
+        return self.origins.get(name, DEFAULT_ORIGIN)
+
+    def describe(self) -> list[tuple[str, str, str]]:
+        """Every per-host setting as (name, value, origin), for the reports; never a secret
+        (the API key file is a path on the machine)."""
+        rows = []
+        for name in self.per_host():
+            value = getattr(self, name)
+            if value is None:
+                text = "none"
+            elif name.endswith("_timeout"):
+                text = f"{value:g} s"
+            else:
+                text = str(value)
+            rows.append((name, text, self.origin(name)))
+        return rows
+
+    def to_dict(self) -> dict[str, dict[str, str]]:
+        """JSON form of ``describe``: name -> {value, source}."""
+        return {name: {"value": text, "source": origin} for name, text, origin in self.describe()}
 
     @classmethod
     def variable(cls, name: str) -> str:
@@ -135,14 +281,15 @@ class Settings:
             declared = known[name]
             choices = declared.metadata[CHOICES]
             value = text.strip().lower() if choices else text
+            said = f"{origin}: {name} (${declared.metadata[VARIABLE]}) is {text!r}"
             if choices and value not in choices:
-                variable = declared.metadata[VARIABLE]
-                raise SettingError(
-                    f"{origin}: {name} (${variable}) is {text!r}: expected one of "
-                    f"{', '.join(choices)}"
-                )
-            changes[name] = declared.metadata[PARSE](value)
-        return dataclasses.replace(self, **changes)
+                raise SettingError(f"{said}: expected one of {', '.join(choices)}")
+            try:
+                changes[name] = declared.metadata[PARSE](value)
+            except ValueError as error:
+                raise SettingError(f"{said}: {error}") from error
+        origins = {**self.origins, **dict.fromkeys(changes, origin)}
+        return dataclasses.replace(self, **changes, origins=origins)
 
 
 def settings(environ: Mapping[str, str] | None = None) -> Settings:

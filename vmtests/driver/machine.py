@@ -25,6 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self, TypeAlias
 
+from vmtests.contracts.settings import Settings
 from vmtests.driver import transfer
 from vmtests.driver.errors import CommandFailed, DriverError, WaitTimeout
 from vmtests.driver.http_probe import http_status
@@ -32,7 +33,8 @@ from vmtests.driver.log import log
 
 DEFAULT_COMMAND_TIMEOUT = 120.0
 DEFAULT_WAIT_TIMEOUT = 300.0
-DEFAULT_REBOOT_TIMEOUT = 300.0
+DEFAULT_REBOOT_TIMEOUT = Settings().reboot_timeout
+"""The reboot setting's default (``vmtests.contracts.settings``); callers pass the setting."""
 RETRY_INTERVAL = 0.5
 MAX_RETRY_INTERVAL = 2.0
 """A poll that runs a command on the machine backs off from ``RETRY_INTERVAL`` to this: each

@@ -20,6 +20,7 @@ from typing import Any
 
 import pexpect
 
+from vmtests.contracts.settings import settings
 from vmtests.driver import procs
 from vmtests.driver.errors import DriverError, MachineGone, WaitTimeout
 from vmtests.driver.log import log
@@ -87,7 +88,7 @@ class SshMachine(Machine):
         strict_host_key_checking: bool = True,
         sudo: bool | None = None,
         sudo_password: str | None = None,
-        connect_timeout: float = 15.0,
+        connect_timeout: float | None = None,
         start_timeout: float = DEFAULT_START_TIMEOUT,
         name: str | None = None,
     ) -> None:
@@ -98,7 +99,9 @@ class SshMachine(Machine):
         self.strict_host_key_checking = strict_host_key_checking
         self.sudo = (user != "root") if sudo is None else sudo
         self.sudo_password = sudo_password
-        self.connect_timeout = connect_timeout
+        self.connect_timeout = (
+            settings().connect_timeout if connect_timeout is None else connect_timeout
+        )
         self.start_timeout = start_timeout
         self._child: Any = None
         self._channel: ShellChannel | None = None

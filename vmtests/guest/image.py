@@ -25,6 +25,7 @@ from vmtests.contracts import instrumentation as contract
 from vmtests.contracts.paths import cache_dir
 from vmtests.contracts.settings import settings
 from vmtests.driver.errors import DriverError
+from vmtests.driver.machine import Machine
 from vmtests.driver.qemu import QemuMachine
 from vmtests.driver.tools import require_tools
 from vmtests.guest import toolpath
@@ -191,6 +192,16 @@ def _move_into_place(tmp: Path, key: Path) -> None:
     os.replace(tmp, key)
 
 
+BACKDOOR_PROGRAM = "/usr/local/libexec/vmtests-backdoor"
+"""The reference guest's backdoor shell: only that image has it (``_rendered_files``)."""
+
+
+def is_reference_guest(machine: Machine) -> bool:
+    """True when ``machine`` (started) is a reference guest: only there may the reference
+    install step put the stub device layer."""
+    return machine.execute("test -x %s", BACKDOOR_PROGRAM, timeout=30).rc == 0
+
+
 def _rendered_files(public_key: str) -> dict[str, str]:
     """Files written into the rootfs: the contract's units and the guest's identity."""
     backdoor_unit = f"""[Unit]
@@ -208,7 +219,7 @@ KillSignal=SIGHUP
 WantedBy=multi-user.target
 """
     return {
-        "usr/local/libexec/vmtests-backdoor": contract.backdoor_script(toolpath.SHELL),
+        BACKDOOR_PROGRAM.lstrip("/"): contract.backdoor_script(toolpath.SHELL),
         f"etc/systemd/system/{contract.BACKDOOR_UNIT}": backdoor_unit,
         "etc/systemd/journald.conf.d/vmtests.conf": (
             f"[Journal]\nStorage={contract.JOURNAL_STORAGE}\n"

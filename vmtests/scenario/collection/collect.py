@@ -348,8 +348,8 @@ def parse_snapshot(output: str, label: str, port: int = SERVING_PORT) -> Snapsho
     )
     snapshot.tt_smi = _endpoint("tt-smi -s", sections.get("tt_smi", ""), with_body=True)
     snapshot.hugepages = HugepageState(
-        pools=_pools(sections.get("hugepage_pools", "")),
-        meminfo=_meminfo(sections.get("meminfo", "")),
+        pools=parse_pools(sections.get("hugepage_pools", "")),
+        meminfo=parse_meminfo(sections.get("meminfo", "")),
         unit=UnitState(
             name=HUGEPAGES_UNIT,
             properties=_properties(sections.get("hugepage_unit", "")),
@@ -455,7 +455,8 @@ def _endpoint(url: str, text: str, with_body: bool = False) -> Endpoint:
     return Endpoint(url, None, "", redact_text(text.strip()) or "no answer")
 
 
-def _meminfo(text: str) -> dict[str, str]:
+def parse_meminfo(text: str) -> dict[str, str]:
+    """``/proc/meminfo`` lines as ``{key: value}`` (``MemAvailable: "6512345 kB"``)."""
     return {
         key.strip(): value.strip()
         for key, _, value in (line.partition(":") for line in text.splitlines())
@@ -463,7 +464,8 @@ def _meminfo(text: str) -> dict[str, str]:
     }
 
 
-def _pools(text: str) -> dict[int, int]:
+def parse_pools(text: str) -> dict[int, int]:
+    """``<size>kB <nr_hugepages>`` lines as ``{size KiB: pages}``."""
     pools: dict[int, int] = {}
     for line in text.splitlines():
         size, _, count = line.partition(" ")

@@ -42,10 +42,12 @@ from vmtests.driver.machine import Machine
 from vmtests.guest import firewall
 from vmtests.guest.resources import check_hugepages_fit
 from vmtests.guest.stub_image import ARCHIVE_NAME, DISK_SERIAL, IMAGE, StubImage, stub_image
-from vmtests.guest.stub_layer import install_stub_device_layer
+from vmtests.guest.stub_layer import TT_SMI_PATH, install_stub_device_layer
 from vmtests.nixcore import CoreOutput, evaluate_core
+from vmtests.nixrun import NixError
 from vmtests.profiles import Profile
 from vmtests.scenario.install import nixos_units
+from vmtests.scenario.install.generations import DryRun, Generation, record_unit_set
 from vmtests.scenario.install.serving_unit import (
     OciContainer,
     RenderedUnits,
@@ -321,12 +323,17 @@ def rendered_by_nixos(config: ServingConfig, serving_profile: str) -> ServingCon
     return replace(config, nixos=NixosRendering(configuration, units, config))
 
 
+def stub_image_path() -> str:
+    """Where the stub image's file lies in a guest's store (``install_image_file``)."""
+    image = stub_image()
+    return store_path(image.archive.name, image.digest)
+
+
 def image_file_on(machine: Machine) -> str:
     """The stub image's file in the guest's store, put there once (``install_image_file``)."""
-    image = stub_image()
-    path = store_path(image.archive.name, image.digest)
+    path = stub_image_path()
     if machine.execute("test -s %s", path, timeout=30).rc != 0:
-        path = install_image_file(machine, image)
+        path = install_image_file(machine, stub_image())
     return path
 
 
@@ -380,13 +387,17 @@ class ReferenceSwitch:
         on the guest, and NixOS's units when they are the source (once per profile)."""
         if serving_profile not in self._installed:
             self._image_file = self._image_file or image_file_on(machine)
-            config = replace(
-                self.evaluated(serving_profile), image=IMAGE, image_file=self._image_file
-            )
-            if self.units_source == "nixos":
-                config = rendered_by_nixos(config, serving_profile)
+            config = self._rendered(serving_profile, self._image_file)
             self._installed[serving_profile] = config
         return self._installed[serving_profile]
+
+    def _rendered(self, serving_profile: str, image_file: str) -> ServingConfig:
+        """``serving_profile``'s configuration with ``image_file``, rendered as the guest
+        installs it (NixOS's units when they are the source); changes nothing."""
+        config = replace(self.evaluated(serving_profile), image=IMAGE, image_file=image_file)
+        if self.units_source == "nixos":
+            config = rendered_by_nixos(config, serving_profile)
+        return config
 
     def _current(self, serving_profile: str) -> ServingConfig:
         return self._installed.get(serving_profile) or self.evaluated(serving_profile)
@@ -403,6 +414,7 @@ class ReferenceSwitch:
 
     def prepare_base(self, machine: Machine) -> None:
         """Install the stub device layer, the image file and the base serving unit; start it.
+        A machine that already serves the base configuration is left as it is.
 
         Refuses a profile whose hugepages do not fit in the guest's memory.
         """
@@ -410,6 +422,9 @@ class ReferenceSwitch:
         for config in (self.base, self.target):
             if config.hugepages:
                 check_hugepages_fit(config.hugepages, memory_mb)
+        if self._serves_base(machine):
+            log.info(f"{machine.name} serves the base configuration already: nothing to deploy")
+            return
         with log.nested("installing the stub device layer"):
             install_stub_device_layer(machine)
         with log.nested(f"loading the stub image file into {machine.name}"):
@@ -418,8 +433,43 @@ class ReferenceSwitch:
         with log.nested("installing the base serving unit"):
             install_units(machine, self.installable(machine, self.base_serving_profile))
 
+    def _serves_base(self, machine: Machine) -> bool:
+        """True when ``machine`` has the stub layer, the image file and the base's serving unit
+        installed, and the unit is active (a guest deployed before, reached again)."""
+        image_file = stub_image_path()
+        result = machine.execute(
+            "test -x %s && test -s %s && systemctl is-active -q %s && cat %s",
+            TT_SMI_PATH,
+            image_file,
+            SERVING_UNIT,
+            f"{UNIT_DIR}/{SERVING_UNIT}",
+            timeout=30,
+        )
+        base = self._rendered(self.base_serving_profile, image_file)
+        if result.rc != 0 or result.stdout_text != render_units(base).units[SERVING_UNIT]:
+            return False
+        self._image_file = image_file
+        return True
+
     def switch(self, machine: Machine, profile: Profile) -> None:
         """Install ``profile``'s units, reload and enable them, and restart the serving unit
         unless this switch leaves that to the caller."""
         config = self.installable(machine, profile.serving_profile)
         install_units(machine, config, "restarted" if self.restarts else "reloaded")
+
+    def dry_run(self, machine: Machine, profile: Profile) -> DryRun:
+        """The Nix core evaluates ``profile`` (assertions included), and its serving unit
+        differs from the installed one: otherwise the switch would not restart it. Changes
+        nothing on the machine."""
+        try:
+            config = self._rendered(profile.serving_profile, stub_image_path())
+        except (ValueError, NixError) as error:
+            return DryRun(False, None, f"the Nix core does not evaluate the target: {error}")
+        installed = machine.execute("cat %s", f"{UNIT_DIR}/{SERVING_UNIT}", timeout=30)
+        if installed.rc == 0 and installed.stdout_text == render_units(config).units[SERVING_UNIT]:
+            return DryRun(True, False, f"the installed {SERVING_UNIT} is the target's already")
+        return DryRun(True, True, f"the target's {SERVING_UNIT} differs from the installed one")
+
+    def record_generation(self, machine: Machine) -> Generation:
+        """The installed unit set, archived on the machine."""
+        return record_unit_set(machine)

@@ -5,7 +5,10 @@ certification switches between two profiles (its A/B) and back. Both know only `
 which two switches implement: ``vmtests.scenario.install.reference_switch.ReferenceSwitch`` (the
 reference guest, which installs the units the Nix core or the NixOS evaluation describes) and
 ``CommandSwitch`` (a NixOS VM or a real host, where ``nixos-rebuild switch`` or
-``switch-to-configuration`` does it). ``SWITCH_TIMEOUT`` is the one budget of a switch command.
+``switch-to-configuration`` does it). The ``switch_timeout`` setting is the one budget of a switch
+command. Before anything changes, each can say whether its switch evaluates and would restart
+the serving unit (``dry_run``), and record the generation the machine runs so that a failed run
+can go back to it (``record_generation``, ``vmtests.scenario.install.generations``).
 """
 
 from __future__ import annotations
@@ -14,15 +17,19 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from vmtests.contracts.serving import READY_TIMEOUT, SERVING_UNIT
+from vmtests.contracts.settings import Settings
+from vmtests.driver.errors import DriverError
 from vmtests.driver.machine import Machine
 from vmtests.profiles import Profile
+from vmtests.scenario.install.generations import (
+    DryRun,
+    Generation,
+    current_generation,
+    nixos_dry_run,
+)
 
-SWITCH_TIMEOUT = 900.0
-"""Seconds a switch command may take: ``nixos-rebuild switch --flake`` evaluates the whole NixOS
-configuration in the VM (once: ``--no-reexec`` skips nixpkgs nixos-rebuild-ng's
-``services.reexec``, which would evaluate and build the target's ``system.build.nixos-rebuild``
-first; ``--max-jobs 0`` builds nothing), then restarts the serving unit (stop up to its
-``TimeoutStopSec``, image load, model load); docs/ci-time.md has what a shorter one left."""
+SWITCH_TIMEOUT = Settings().switch_timeout
+"""The switch_timeout setting's default (``vmtests.contracts.settings`` says why it is so)."""
 
 PROFILE_FIELD = "{profile}"
 """Replaced by the profile's name in a switch command (``.../etc/nixos#{profile}``)."""
@@ -47,6 +54,13 @@ class Switcher(Protocol):
 
     def switch(self, machine: Machine, profile: Profile) -> None:
         """Put ``machine`` on ``profile``'s configuration (the caller waits for /health)."""
+
+    def dry_run(self, machine: Machine, profile: Profile) -> DryRun:
+        """Whether the switch to ``profile`` evaluates and would restart the serving unit;
+        changes nothing."""
+
+    def record_generation(self, machine: Machine) -> Generation:
+        """What ``machine`` runs now, and the command that goes back to it."""
 
 
 def wait_healthy(machine: Machine, port: int, timeout: float = READY_TIMEOUT) -> None:
@@ -87,6 +101,15 @@ class CommandSwitch:
         """Run the switch command for ``profile`` (the caller then waits for the service)."""
         machine.succeed(self.command_for(profile), timeout=self.timeout)
 
+    def dry_run(self, machine: Machine, profile: Profile) -> DryRun:
+        """``nixos-rebuild dry-build``/``dry-activate`` (or switch-to-configuration's) of the
+        same command; an unknown command cannot tell."""
+        return nixos_dry_run(machine, self.command_for(profile), self.timeout)
+
+    def record_generation(self, machine: Machine) -> Generation:
+        """The NixOS generation the machine runs."""
+        return current_generation(machine)
+
 
 class NoSwitch:
     """No way to switch was given (a host certified without --ab): switching is an error."""
@@ -103,3 +126,11 @@ class NoSwitch:
         raise RuntimeError(
             f"cannot switch {machine.name} to {profile.name}: no --switch-command was given"
         )
+
+    def dry_run(self, machine: Machine, profile: Profile) -> DryRun:
+        """Nothing would change: there is no switch."""
+        return DryRun(True, False, "no switch command: the configuration is never changed")
+
+    def record_generation(self, machine: Machine) -> Generation:
+        """Nothing to go back to: the configuration is never changed."""
+        raise DriverError(f"no switch command: nothing is recorded on {machine.name}")

@@ -1,7 +1,9 @@
 """The card as tt-smi sees it: a P150 is there and a process holds it while serving runs.
 
 Reads ``tt-smi -s`` from the snapshot through ``vmtests.tt_smi_parse`` (the one tt-smi reader,
-shared with the certification preflight). A host without tt-smi is reported as information.
+shared with the certification preflight). A host without tt-smi is reported as information, and
+so are the card's holders where the tools cannot list them (tt-smi before 6.0.0, tt-kmd before
+2.5.0), with the versions found.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from vmtests.contracts.findings import Check, Reason
 from vmtests.scenario.collection.snapshot import Snapshot
 from vmtests.scenario.judgement.results import CheckResult, as_informational, failed, passed
-from vmtests.tt_smi_parse import TtSmiError, parse_snapshot
+from vmtests.tt_smi_parse import NAMESPACED_PIDS_SINCE_TT_KMD, TtSmiError, parse_snapshot
 
 
 def check_card(snapshot: Snapshot) -> list[CheckResult]:
@@ -36,7 +38,15 @@ def check_card(snapshot: Snapshot) -> list[CheckResult]:
         ]
     boards = ", ".join(f"{b.board_type} {b.board_id} at {b.bus_id}" for b in p150)
     results = [passed(stage, Check.CARD, "board", f"{boards} ({card.driver})")]
-    holders = [f"pid {p.pid} on device {p.device}" for p in card.processes]
+    unknown = card.holders_unknown()
+    if unknown:
+        note = passed(stage, Check.CARD, "holder", f"holders not inspectable: {unknown}")
+        return [*results, *as_informational([note])]
+    holders = [f"pid {p.pid} on device {p.device}" for p in card.processes or []]
+    kmd = card.driver_version
+    if holders and kmd is not None and kmd < NAMESPACED_PIDS_SINCE_TT_KMD:
+        holders.append(f"(pids as tt-kmd {'.'.join(map(str, kmd))} records them: a container's "
+                       "own pids before tt-kmd 2.7.0)")  # fmt: skip
     if snapshot.unit.active_state == "active" and not holders:
         results.append(
             failed(

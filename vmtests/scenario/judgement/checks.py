@@ -363,15 +363,18 @@ def check_service(snapshot: Snapshot) -> list[CheckResult]:
 
 def unauthorized_message(url: str, api_key_file: str) -> str:
     """What a 401 from a ``/v1`` path means, and what to do about it."""
+    # Worded so that redaction (redact.py) leaves it whole: no ``--flag word`` or ``NAME=x``.
     if api_key_file:
         return (
             f"GET {url} gave 401 Unauthorized with the API key in {api_key_file}: the server "
-            "expects another key (vLLM --api-key or $VLLM_API_KEY in the container)"
+            "expects another key (vLLM's `--api-key` option, or `$VLLM_API_KEY` in the "
+            "container)"
         )
     return (
-        f"GET {url} gave 401 Unauthorized: the server requires an API key (vLLM --api-key or "
-        "$VLLM_API_KEY, set by tt-inference-server from VLLM_API_KEY or JWT_SECRET); give the "
-        "file on the host that holds it: api_key_file=<path> (target option or --host-config)"
+        f"GET {url} gave 401 Unauthorized: the server requires an API key (vLLM's `--api-key` "
+        "option or `$VLLM_API_KEY`, which tt-inference-server sets from VLLM_API_KEY or "
+        "JWT_SECRET); give the file on the host that holds it as the setting api_key_file "
+        "(a target option, or in --host-config)"
     )
 
 

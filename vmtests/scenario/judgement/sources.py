@@ -38,9 +38,24 @@ _EXEC_ARGV = re.compile(r"argv\[\]=(?P<argv>.*?) ; ")
 _EXEC_PATH = re.compile(r"path=(?P<path>\S+) ; ")
 
 
+SECRET_DIRS = (
+    "/run/secrets/",
+    "/run/secrets.d/",
+    "/run/secrets-for-users/",
+    "/run/agenix/",
+    "/run/agenix.d/",
+)
+"""Where NixOS secret managers decrypt secrets, from the configuration, at every activation (the
+boot's included): sops-nix (Mic92/sops-nix ``modules/sops/default.nix``: ``/run/secrets``,
+``/run/secrets.d``, ``system.activationScripts.setup-secrets``) and agenix (ryantm/agenix
+``modules/age.nix``: ``age.secretsDir`` ``/run/agenix``, ``secretsMountPoint``
+``/run/agenix.d``). A server's API key lives there on a real host: durable, though under /run."""
+
+
 def is_runtime_path(path: str) -> bool:
-    """True for files under ``/run`` that vanish at reboot (generator output is re-made)."""
-    return path.startswith("/run/") and not path.startswith(_GENERATOR_DIRS)
+    """True for files under ``/run`` that vanish at reboot (generator output and the secret
+    managers' files are re-made)."""
+    return path.startswith("/run/") and not path.startswith((*_GENERATOR_DIRS, *SECRET_DIRS))
 
 
 def serving_relevant(name: str, extra: Iterable[str] = ()) -> bool:

@@ -1,0 +1,200 @@
+"""The first run's pieces that need no machine: the check's report (expected and seen, the live
+state, the Prometheus textfile), the plan's text, the preflight's script against fake tools,
+and the CLI's refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import cast
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from scenario_support import LocalShell, good_snapshot
+
+from vmtests.cli import main
+from vmtests.contracts.findings import Check, Reason
+from vmtests.contracts.settings import Settings
+from vmtests.contracts.status import ExitStatus, RunStatus
+from vmtests.driver.machine import Machine
+from vmtests.profiles import load_profile
+from vmtests.report import markdown_summary, scenario_data, write_prometheus
+from vmtests.scenario.install.generations import DryRun, Generation
+from vmtests.scenario.install.switching import CommandSwitch, Switcher
+from vmtests.scenario.judgement.checks import evaluate_stage
+from vmtests.scenario.runner.preflight import run_preflight
+from vmtests.scenario.runner.recovery import OnFailure
+from vmtests.scenario.runner.run_plan import RunPlan, render_run_plan
+from vmtests.scenario.runner.scenario import CHECK, Kind, ScenarioResult
+
+CFX = load_profile("cfx-llm2")
+
+
+def _check_result(profile_name: str) -> ScenarioResult:
+    snapshot = good_snapshot(label=CHECK)
+    profile = load_profile(profile_name)
+    result = ScenarioResult(profile, "ssh://root@cfx-llm2", "none (read-only)", kind=Kind.CHECK)
+    result.snapshots = {CHECK: snapshot}
+    result.checks = evaluate_stage(profile, snapshot)
+    result.status = RunStatus.FINISHED
+    return result
+
+
+def test_the_check_report_shows_expected_and_seen_for_every_row() -> None:
+    conforming = markdown_summary(_check_result("cfx-llm2"))
+    assert conforming.startswith("# vmtests check: cfx-llm2 on ssh://root@cfx-llm2: CONFORMS")
+    assert (
+        "| --mamba-cache-mode | argv has `--mamba-cache-mode align` | "
+        "`--mamba-cache-mode align` | pass |" in conforming
+    )
+    failing = _check_result("baseline")
+    text = markdown_summary(failing)
+    assert "DOES NOT CONFORM" in text
+    assert (
+        "| --enable-prefix-caching | argv lacks `--enable-prefix-caching` | "
+        "`--enable-prefix-caching` | FAIL |" in text
+    )
+    assert (
+        "| QWEN36_MERGE_BATCH_GUARD | env lacks `QWEN36_MERGE_BATCH_GUARD` | "
+        "`QWEN36_MERGE_BATCH_GUARD=1` | FAIL |" in text
+    )
+    assert (
+        "| prefix-caching | module banner `prefix-caching=off` | `prefix-caching=on` | FAIL |"
+        in text
+    )
+    assert "## Live state" in text
+    assert (
+        "- `(APIServer pid=594) INFO 11-30 01:33:58 [api_server.py:1] qwen36: SDPA streaming "
+        "ACTIVE`" in text
+    )
+    data = scenario_data(failing)
+    assert data["kind"] == "check"
+    seen = {row["subject"]: row["seen"] for row in data["expected_and_seen"]}
+    assert seen["enable_prefix_caching"] == "`enable_prefix_caching=True`"
+    assert data["live_state"]["argv"].startswith("/usr/bin/python3 -m vmtests.stub.server")
+
+
+def test_the_prometheus_textfile_parses(tmp_path: Path) -> None:
+    result = _check_result("baseline")
+    path = write_prometheus(result, tmp_path / "textfile" / "vmtests.prom")
+    families = {f.name: f for f in text_string_to_metric_families(path.read_text())}
+    (verdict,) = families["vmtests_check_ok"].samples
+    assert verdict.value == 0
+    assert verdict.labels == {"profile": "baseline", "target": "ssh://root@cfx-llm2"}
+    (failures,) = families["vmtests_check_failures"].samples
+    assert failures.value == len(result.failures) > 0
+    passed = {
+        (s.labels["check"], s.labels["subject"]): s.value
+        for s in families["vmtests_check_passed"].samples
+    }
+    assert passed[("profile.args", "--enable-prefix-caching")] == 0
+    assert passed[("service.active", "tenstorrent-serving.service")] == 1
+
+
+def test_the_plan_names_every_step_command_and_the_downtime() -> None:
+    generation = Generation(
+        "/nix/store/abc-nixos-system-cfx-llm2", "/nix/store/abc (generation 41)",
+        "nix-env -p /nix/var/nix/profiles/system --switch-generation 41 && ...", "readlink",
+    )  # fmt: skip
+    settings = Settings().overridden({"ready_timeout": "3600"}, "target option")
+    plan = RunPlan(
+        CFX, "ssh://root@cfx-llm2", "switch command: nixos-rebuild switch --flake /etc/nixos#x",
+        settings, OnFailure.ROLLBACK, None, deploys_base=False, generation=generation,
+    )  # fmt: skip
+    text = render_run_plan(plan)
+    assert "1. connect to ssh://root@cfx-llm2" in text
+    assert "switch: switch command: nixos-rebuild switch --flake /etc/nixos#x" in text
+    assert "roll back with `nix-env -p /nix/var/nix/profiles/system --switch-generation 41" in text
+    assert "at most 3780 s (stop_timeout + ready_timeout)" in text
+    assert "ready_timeout=3600 s (target option)" in text
+    left = render_run_plan(RunPlan(CFX, "t", "s", Settings(), OnFailure.LEAVE, None, True))
+    assert "leave the host as it is; the command that goes back" in left
+
+
+class _Switch:
+    description = "fake"
+
+    def __init__(self, dry: DryRun) -> None:
+        self.dry = dry
+
+    def dry_run(self, machine: Machine, profile: object) -> DryRun:
+        return self.dry
+
+
+TOOLS = ("systemctl", "journalctl", "curl", "tt-smi", "docker")
+
+
+@pytest.mark.parametrize(
+    ("dry", "switch", "refused", "why"),
+    [
+        (DryRun(True, True, "d"), "nixos-rebuild switch --flake /etc/nixos#{profile}",
+         Reason.TOOL_MISSING, "missing on local: nixos-rebuild"),
+        (DryRun(False, None, "no eval"), None, Reason.DOES_NOT_EVALUATE, "no eval"),
+        (DryRun(True, False, "same"), None, Reason.SWITCH_CHANGES_NOTHING,
+         "the switch would change nothing"),
+        (DryRun(True, True, "d"), None, None, ""),
+    ],
+    ids=["tool-missing", "does-not-evaluate", "changes-nothing", "holds"],
+)  # fmt: skip
+def test_the_preflight_against_fake_tools(
+    tmp_path: Path, dry: DryRun, switch: str | None, refused: Reason | None, why: str
+) -> None:
+    scripts = {
+        "tt-smi": "echo 6.2.1",
+        "docker": "echo Docker version 26.1.5",
+        "systemctl": "echo systemd 257 '(257.13)'",
+        "curl": "printf 200",  # GET /v1/models answers 200
+        "journalctl": "true",
+    }
+    for tool in TOOLS:
+        path = tmp_path / tool
+        path.write_text(f"#!/bin/sh\n{scripts[tool]}\n")
+        path.chmod(0o755)
+    machine = cast(Machine, LocalShell(f"{tmp_path}:/usr/bin:/bin"))
+    # A switch command names the program the run needs; else a fake with the given dry run.
+    switcher = CommandSwitch(switch) if switch else cast(Switcher, _Switch(dry))
+    found = run_preflight(machine, CFX, switcher, Settings())
+    refusal = found.refusal
+    if refused is None:
+        # This host's memory and disk are whatever they are: only those may refuse.
+        assert refusal is None or refusal.reason in {
+            Reason.LOW_MEMORY, Reason.HUGEPAGES_DO_NOT_FIT, Reason.LOW_DISK,
+        }, refusal  # fmt: skip
+    else:
+        assert refusal is not None
+        assert (refusal.reason, why in refusal.message) == (refused, True), refusal
+    assert all(item.check.startswith("preflight.") for item in found.items)
+    assert found.versions["tt-smi"] == "6.2.1"
+    assert "nixos-rebuild" in found.versions
+    (hugepages,) = [item for item in found.items if item.check == Check.PREFLIGHT_HUGEPAGES]
+    assert "the hugepages still to reserve" in hugepages.message
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["check", "--profile", "baseline", "--target", "ssh://h", "--deploy", "cfx-llm2"],
+         "--deploy applies to qemu:reference only"),
+        (["run", "--profile", "cfx-llm2", "--target", "ssh://h", "--hw-opt-in",
+          "--switch-command", "nixos-rebuild switch", "--reference-switch"], "exclude each other"),
+        (["run", "--profile", "cfx-llm2", "--target", "ssh://h", "--switch-command", "x"],
+         "pass --hw-opt-in"),
+        (["check", "--profile", "baseline", "--target", "ssh://h?ready_timeout=soon"],
+         "ready_timeout ($VMTESTS_READY_TIMEOUT) is 'soon'"),
+    ],
+    ids=["deploy-on-ssh", "two-switches", "no-opt-in", "bad-option"],
+)  # fmt: skip
+def test_usage_errors_exit_2_before_anything_runs(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == ExitStatus.USAGE
+    assert message in capsys.readouterr().err
+
+
+def test_a_report_json_carries_the_settings_preflight_and_recovery_fields(tmp_path: Path) -> None:
+    result = _check_result("cfx-llm2")
+    data = json.loads(json.dumps(scenario_data(result), default=str))
+    assert data["settings"]["ready_timeout"] == {"value": "300 s", "source": "default"}
+    assert data["preflight"] == []
+    assert data["generation"] is None
+    assert data["recovery"] is None

@@ -1,0 +1,114 @@
+"""Generations and what a switch would do, from the nixpkgs tools' own output formats (no
+machine needed); the reference guest's unit-set rollback runs in test_first_run_vm.py."""
+
+from __future__ import annotations
+
+from typing import cast
+
+import pytest
+
+from vmtests.contracts.settings import Settings
+from vmtests.driver.errors import DriverError
+from vmtests.driver.machine import CommandResult, Machine
+from vmtests.scenario.install.generations import (
+    command_action,
+    current_generation,
+    nixos_dry_run,
+    restarts_in,
+)
+from vmtests.scenario.runner.recovery import Action, OnFailure, recover, rollback_command
+
+# switch-to-configuration-ng's dry-activate lines (src/main.rs), on stderr, as nixos-rebuild
+# passes them on: a changed service with stopIfChanged is stopped and started.
+DRY_ACTIVATE = """building the system configuration...
+would stop the following units: docker-foo.service, tenstorrent-serving.service
+would NOT stop the following changed units: vmtests-backdoor.service
+would activate the configuration...
+would restart the following units: systemd-journald.service
+would start the following units: docker-foo.service, tenstorrent-serving.service
+"""
+
+
+def test_the_switch_action_is_swapped_for_the_dry_ones() -> None:
+    command = "nixos-rebuild switch --flake '/etc/nixos#cfx-llm2' --max-jobs 0"
+    assert command_action(command, "nixos-rebuild", "dry-build") == (
+        "nixos-rebuild dry-build --flake '/etc/nixos#cfx-llm2' --max-jobs 0"
+    )
+    assert command_action("sudo /run/current-system/sw/bin/nixos-rebuild switch", "nixos-rebuild",
+                          "dry-activate") == (
+        "sudo /run/current-system/sw/bin/nixos-rebuild dry-activate"
+    )  # fmt: skip
+    stc = "/nix/store/abc-nixos-system-x/bin/switch-to-configuration switch"
+    assert command_action(stc, "switch-to-configuration", "dry-activate") == (
+        "/nix/store/abc-nixos-system-x/bin/switch-to-configuration dry-activate"
+    )
+    assert command_action("nixos-rebuild boot", "nixos-rebuild", "dry-build") is None
+    assert command_action("my-deploy cfx-llm2", "nixos-rebuild", "dry-build") is None
+
+
+def test_restarts_are_read_from_stop_and_start_or_restart() -> None:
+    assert restarts_in(DRY_ACTIVATE)
+    assert restarts_in(DRY_ACTIVATE, "systemd-journald.service")
+    assert not restarts_in(DRY_ACTIVATE, "vmtests-backdoor.service")
+    assert not restarts_in("would activate the configuration...\n")
+
+
+class _Answers:
+    """A machine answering each command by the first key it contains."""
+
+    name = "cfx-llm2"
+
+    def __init__(self, answers: dict[str, tuple[int, str]]) -> None:
+        self.answers = answers
+        self.commands: list[str] = []
+
+    def execute(self, command: str, *args: object, timeout: float) -> CommandResult:
+        self.commands.append(command)
+        rc, out = next(value for key, value in self.answers.items() if key in command)
+        return CommandResult(command, rc, out.encode(), b"")
+
+    def succeed(self, command: str, *args: object, timeout: float) -> str:
+        result = self.execute(command, timeout=timeout)
+        if result.rc != 0:
+            raise DriverError(f"{command} failed")
+        return result.stdout_text
+
+
+def test_a_nixos_dry_run_refuses_what_does_not_evaluate_and_sees_no_restart() -> None:
+    command = "nixos-rebuild switch --flake /etc/nixos#cfx-llm2"
+    broken = _Answers({"dry-build": (1, "error: attribute 'cfx-llm2' missing")})
+    dry = nixos_dry_run(cast(Machine, broken), command, 60)
+    assert (dry.evaluates, dry.restarts) == (False, None)
+    assert "error: attribute 'cfx-llm2' missing" in dry.detail
+    same = _Answers(
+        {"dry-build": (0, ""), "dry-activate": (0, "would activate the configuration...\n")}
+    )
+    dry = nixos_dry_run(cast(Machine, same), command, 60)
+    assert (dry.evaluates, dry.restarts) == (True, False)
+    changed = _Answers({"dry-build": (0, ""), "dry-activate": (0, DRY_ACTIVATE)})
+    assert nixos_dry_run(cast(Machine, changed), command, 60).restarts is True
+    unknown = nixos_dry_run(cast(Machine, changed), "deploy-rs .#cfx-llm2", 60)
+    assert (unknown.evaluates, unknown.restarts) == (None, None)
+
+
+def test_the_nixos_generation_and_its_exact_way_back() -> None:
+    store = "/nix/store/0123abcd-nixos-system-cfx-llm2-26.11"
+    machine = cast(Machine, _Answers({"readlink": (0, f"{store}\nsystem-41-link\n")}))
+    generation = current_generation(machine)
+    assert generation.id == store
+    assert generation.rollback_command == (
+        "nix-env -p /nix/var/nix/profiles/system --switch-generation 41 && "
+        "/nix/var/nix/profiles/system/bin/switch-to-configuration switch"
+    )
+    assert "generation 41" in generation.description
+    assert rollback_command(generation, "nixos-rebuild switch --store-path {generation}") == (
+        f"nixos-rebuild switch --store-path {store}"
+    )
+    left = recover(
+        machine, generation, on_failure=OnFailure.LEAVE, command=None, settings=Settings()
+    )
+    assert left.action == Action.LEFT
+    assert generation.rollback_command in left.message
+    debian = cast(Machine, _Answers({"readlink": (1, "")}))
+    with pytest.raises(DriverError, match="not a NixOS host"):
+        current_generation(debian)

@@ -1,0 +1,172 @@
+"""What a machine runs before a switch (its "generation"), the command that goes back to it, and
+what a switch would do, asked before anything changes.
+
+On NixOS a generation is the running toplevel (``/run/current-system``) and the system
+profile's generation (``/nix/var/nix/profiles/system`` -> ``system-<N>-link``). Going back to
+a recorded one exactly is ``nix-env -p /nix/var/nix/profiles/system --switch-generation N``
+and then that profile's ``bin/switch-to-configuration switch``: ``nixos-rebuild switch
+--rollback`` would go to the generation before the current one, whichever that is (nixpkgs
+``pkgs/by-name/ni/nixos-rebuild-ng/src/nixos_rebuild/services.py``, ``_rollback_system``,
+and ``nix.py``, ``rollback``).
+
+On the reference guest, which is Debian, a generation is the installed unit set: the
+``/etc/systemd/system`` tree and the firewall's rules, archived before the switch under
+``GENERATIONS_DIR`` and named by their digest. Going back restores the tree exactly, reloads
+systemd, stops the units that no longer exist (as switch-to-configuration stops removed
+units) and restarts the serving unit: the same steps, recorded and replayed the same way.
+
+Before a switch: ``nixos-rebuild dry-build`` proves the configuration evaluates (nixpkgs
+``nixos-rebuild.8.scd``: it shows what would be built and does nothing else; exit 0 when it
+evaluates), and ``dry-activate`` lists what activating it would do, on stderr:
+``would stop the following units: ...``, ``would restart ...``, ``would start ...``
+(``pkgs/by-name/sw/switch-to-configuration-ng/src/main.rs``). A changed service with the
+default ``stopIfChanged`` is listed under stop and start, not restart, so the serving unit is
+restarted when it is under restart or under start.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import asdict, dataclass
+
+from vmtests.contracts.serving import SERVING_UNIT
+from vmtests.driver.errors import DriverError
+from vmtests.driver.machine import Machine
+from vmtests.guest import firewall
+
+SYSTEM_PROFILE = "/nix/var/nix/profiles/system"
+CURRENT_SYSTEM = "/run/current-system"
+GENERATIONS_DIR = "/var/lib/vmtests/generations"
+UNIT_SET = ("etc/systemd/system", "etc/vmtests")
+"""The reference guest's installed unit set, relative to ``/``: what its install step writes."""
+_DRY_LINE = re.compile(r"^would (stop|restart|start) the following units: (.*)$", re.MULTILINE)
+UNIT_SET_DIGEST = (
+    "cd / && { find " + " ".join(UNIT_SET) + " -printf '%y %p %l\\n' | LC_ALL=C sort; "
+    "find " + " ".join(UNIT_SET) + " -type f -print0 | LC_ALL=C sort -z | xargs -0r sha256sum; }"
+    " | sha256sum | cut -c1-16"
+)
+"""Shell printing the digest of the reference guest's unit set (names, links, contents)."""
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What the machine ran before the switch and how to go back to it."""
+
+    id: str
+    """The toplevel store path (NixOS) or the unit set's digest (reference guest)."""
+    description: str
+    rollback_command: str
+    """The exact shell command, run as root on the machine, that goes back."""
+    current_command: str
+    """Shell that prints the machine's current ``id``, to verify a rollback."""
+
+    def to_dict(self) -> dict[str, str]:
+        """JSON form (without the verifying shell)."""
+        data = asdict(self)
+        del data["current_command"]
+        return data
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """What a switch would do, asked before it runs; ``None``: cannot tell."""
+
+    evaluates: bool | None
+    restarts: bool | None
+    detail: str
+
+
+def current_generation(machine: Machine) -> Generation:
+    """The NixOS generation the machine runs; ``DriverError`` when it is not NixOS."""
+    result = machine.execute(
+        f"readlink -f {CURRENT_SYSTEM} && readlink {SYSTEM_PROFILE}", timeout=30
+    )
+    lines = result.stdout_text.split()
+    if result.rc != 0 or len(lines) != 2:
+        raise DriverError(
+            f"{machine.name} has no {CURRENT_SYSTEM} and {SYSTEM_PROFILE}: not a NixOS host, so "
+            "there is no generation to go back to (give --rollback-command, or --on-failure "
+            "leave)"
+        )
+    store_path, link = lines
+    number = re.fullmatch(r"system-(\d+)-link", link)
+    if number is None:
+        command = f"{store_path}/bin/switch-to-configuration switch"
+        where = f"{store_path} (the profile points at {link}, not a generation link)"
+    else:
+        command = (
+            f"nix-env -p {SYSTEM_PROFILE} --switch-generation {number[1]} && "
+            f"{SYSTEM_PROFILE}/bin/switch-to-configuration switch"
+        )
+        where = f"{store_path} (generation {number[1]} of {SYSTEM_PROFILE})"
+    return Generation(store_path, where, command, f"readlink -f {CURRENT_SYSTEM}")
+
+
+def record_unit_set(machine: Machine) -> Generation:
+    """Archive the reference guest's unit set on the machine; return it as a generation."""
+    digest = machine.succeed(UNIT_SET_DIGEST, timeout=60).strip()
+    archive = f"{GENERATIONS_DIR}/{digest}.tar"
+    machine.succeed(
+        f"mkdir -p {GENERATIONS_DIR} && tar -C / -cf {archive}.tmp {' '.join(UNIT_SET)} && "
+        f"mv {archive}.tmp {archive}",
+        timeout=60,
+    )
+    targets = " ".join(f"/{path}" for path in UNIT_SET)
+    rollback = (
+        f"test -s {archive} && rm -rf {targets} && tar -C / -xf {archive} && "
+        "systemctl daemon-reload && "
+        "for u in $(systemctl list-units --all --plain --no-legend --state=not-found "
+        "| awk '{print $1}'); do systemctl stop \"$u\"; done; "
+        f"{firewall.APPLY} && systemctl restart {SERVING_UNIT}"
+    )
+    description = f"the installed unit set {digest} ({', '.join(UNIT_SET)}, archived in {archive})"
+    return Generation(digest, description, rollback, UNIT_SET_DIGEST)
+
+
+def command_action(command: str, tool: str, action: str) -> str | None:
+    """``command`` with the ``switch`` action of ``tool`` replaced by ``action``; None when
+    ``command`` does not run ``tool`` with ``switch``."""
+    words = shlex.split(command)
+    for index, word in enumerate(words):
+        if word.rsplit("/", 1)[-1] == tool:
+            for position in range(index + 1, len(words)):
+                if words[position] == "switch":
+                    changed = [*words[:position], action, *words[position + 1 :]]
+                    return shlex.join(changed)
+            return None
+    return None
+
+
+def restarts_in(output: str, unit: str = SERVING_UNIT) -> bool:
+    """Whether dry-activate's output says ``unit`` would be (re)started."""
+    lists = {
+        kind: {u.strip() for u in units.split(",")} for kind, units in _DRY_LINE.findall(output)
+    }
+    return unit in lists.get("restart", set()) or unit in lists.get("start", set())
+
+
+def nixos_dry_run(machine: Machine, command: str, timeout: float) -> DryRun:
+    """Ask ``nixos-rebuild`` (dry-build, dry-activate) or ``switch-to-configuration``
+    (dry-activate) what the switch ``command`` would do."""
+    build = command_action(command, "nixos-rebuild", "dry-build")
+    activate = command_action(command, "nixos-rebuild", "dry-activate") or command_action(
+        command, "switch-to-configuration", "dry-activate"
+    )
+    if activate is None:
+        return DryRun(
+            None, None, f"cannot tell what {command!r} would do: not nixos-rebuild or "
+            "switch-to-configuration with the switch action"
+        )  # fmt: skip
+    if build is not None:
+        built = machine.execute(f"{build} 2>&1", timeout=timeout)
+        if built.rc != 0:
+            tail = built.stdout_text.strip().splitlines()[-1:] or ["(no output)"]
+            return DryRun(False, None, f"`{build}` exited {built.rc}: {tail[0]}")
+    activated = machine.execute(f"{activate} 2>&1", timeout=timeout)
+    if activated.rc != 0:
+        tail = activated.stdout_text.strip().splitlines()[-1:] or ["(no output)"]
+        return DryRun(False, None, f"`{activate}` exited {activated.rc}: {tail[0]}")
+    restarts = restarts_in(activated.stdout_text)
+    said = "would restart" if restarts else "would not restart"
+    return DryRun(True, restarts, f"`{activate}`: {said} {SERVING_UNIT}")

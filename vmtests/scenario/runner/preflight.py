@@ -1,0 +1,231 @@
+"""The persistence run's preflight: everything that would make the first run on a real host fail
+for a reason that has nothing to do with the settings under test, asked before anything changes.
+
+Each item is a result keyed by a ``Check`` (``preflight.*``) and, when it does not hold, a
+``Reason``; the first that does not hold refuses the run with one line (exit 2): a required tool
+is missing (the versions found of tt-smi, docker, systemd and nixos-rebuild are reported either
+way); ``MemAvailable`` below the owner's floor; the hugepages the target still has to reserve do
+not fit above it; too little free disk; the target does not evaluate, or its switch would not
+restart the serving unit (``Switcher.dry_run``); the API answers 401 without the key it was given
+(or without one).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from vmtests.contracts.findings import Check, Reason
+from vmtests.contracts.serving import (
+    API_KEY_GUARDED_PREFIX,
+    GIB_KIB,
+    MIN_DISK_GIB,
+    MIN_MEM_AVAILABLE_GIB,
+    SERVING_UNIT,
+)
+from vmtests.contracts.settings import Settings
+from vmtests.driver.machine import Machine
+from vmtests.profiles import Profile
+from vmtests.scenario.collection.collect import API_KEY_READ, MARK, split_sections
+from vmtests.scenario.install.switching import CommandSwitch, Switcher
+from vmtests.scenario.judgement.checks import unauthorized_message
+from vmtests.scenario.judgement.results import CheckResult
+
+PREFLIGHT = "preflight"
+"""The stage label of the preflight's results."""
+BASE_TOOLS = ("systemctl", "journalctl", "curl", "tt-smi")
+VERSION_COMMANDS = {
+    "tt-smi": "tt-smi --version",  # argparse's version action: the bare version (tt-smi.py)
+    "docker": "docker --version",
+    "systemd": "systemctl --version | head -n1",
+    "nixos-rebuild": "command -v nixos-rebuild && nixos-version",
+}
+
+_SCRIPT = r"""
+tools=$1; keyfile=$2; port=$3
+sec() { printf '\n%s%s\n' "$MARK" "$1"; }
+sec tools
+for tool in $tools; do printf '%s %s\n' "$tool" "$(command -v "$tool" || echo -)"; done
+sec meminfo; grep -E '^(MemAvailable|Hugepagesize):' /proc/meminfo
+sec pools
+for d in /sys/kernel/mm/hugepages/hugepages-*kB; do
+  [ -r "$d/nr_hugepages" ] && echo "${d##*hugepages-} $(cat "$d/nr_hugepages")"
+done
+sec disk; df -Pk / | tail -n1
+sec v1
+if [ -n "$keyfile" ]; then
+  @API_KEY_READ@
+  printf 'header = "Authorization: Bearer %s"\n' "$key" \
+    | curl -s -m 10 -K - -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port$GUARDED/models"
+else curl -s -m 10 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port$GUARDED/models"; fi
+"""
+
+
+@dataclass
+class Preflight:
+    """Every item, and the versions of the tools found."""
+
+    items: list[CheckResult] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def refusal(self) -> CheckResult | None:
+        """The first item that does not hold (None: the run may go on)."""
+        return next((item for item in self.items if not item.ok), None)
+
+    def versions_line(self) -> str:
+        """``tt-smi: 6.2.1; docker: Docker version ...; ...`` for the log and the reports."""
+        return "; ".join(f"{tool}: {found}" for tool, found in self.versions.items())
+
+
+class PreflightRefused(Exception):
+    """The preflight refused the run before anything changed (exit status 2)."""
+
+    def __init__(self, item: CheckResult) -> None:
+        super().__init__(f"preflight refused ({item.check}, {item.reason}): {item.message}")
+        self.item = item
+
+
+def _item(check: Check, holds: bool, reason: Reason, detail: str) -> CheckResult:
+    """One item: its subject is the check's last part (``tools``), its message the detail."""
+    subject = check.removeprefix(f"{PREFLIGHT}.")
+    return CheckResult(PREFLIGHT, check, subject, holds, detail, reason=None if holds else reason)
+
+
+def required_tools(settings: Settings, switcher: Switcher) -> list[str]:
+    """The programs the run needs on the machine."""
+    tools = list(BASE_TOOLS)
+    if settings.container:
+        tools.append("docker")
+    if isinstance(switcher, CommandSwitch):
+        words = shlex.split(switcher.command)
+        tools.append(words[1] if words[0] == "sudo" and len(words) > 1 else words[0])
+    return list(dict.fromkeys(tools))
+
+
+def versions(machine: Machine) -> dict[str, str]:
+    """What ``--version`` says for tt-smi, docker, systemd and nixos-rebuild (``-`` when absent)."""
+    found = {}
+    for tool, command in VERSION_COMMANDS.items():
+        result = machine.execute(f"timeout 30 sh -c {shlex.quote(command)} 2>&1", timeout=60)
+        text = " ".join(result.stdout_text.split())
+        found[tool] = text if result.rc == 0 and text else "-"
+    return found
+
+
+def _memory_items(sections: dict[str, str], profile: Profile) -> list[CheckResult]:
+    meminfo = dict(
+        line.split(":", 1) for line in sections.get("meminfo", "").splitlines() if ":" in line
+    )
+    available_kib = int(meminfo.get("MemAvailable", "0 kB").split()[0])
+    floor_kib = int(MIN_MEM_AVAILABLE_GIB * GIB_KIB)
+    pools = dict(
+        (int(size.removesuffix("kB")), int(count))
+        for size, count in (
+            line.split() for line in sections.get("pools", "").splitlines() if line.strip()
+        )
+    )
+    items = [
+        _item(
+            Check.PREFLIGHT_MEMORY,
+            available_kib >= floor_kib,
+            Reason.LOW_MEMORY,
+            f"MemAvailable {available_kib / GIB_KIB:.2f} GiB; the floor "
+            f"{MIN_MEM_AVAILABLE_GIB:.1f} GiB (docs/requirements.md)",
+        )
+    ]
+    hugepages = profile.hugepages
+    if hugepages is not None:
+        have = pools.get(hugepages.size_kib, 0)
+        missing_kib = max(0, hugepages.count - have) * hugepages.size_kib
+        items.append(
+            _item(
+                Check.PREFLIGHT_HUGEPAGES,
+                available_kib - floor_kib >= missing_kib,
+                Reason.HUGEPAGES_DO_NOT_FIT,
+                f"the target reserves {hugepages}; the pool holds {have}; the hugepages still to "
+                f"reserve {missing_kib / GIB_KIB:.2f} GiB, above the floor "
+                f"{max(0, available_kib - floor_kib) / GIB_KIB:.2f} GiB are available",
+            )
+        )
+    disk = sections.get("disk", "").split()
+    free_gib = int(disk[3]) / GIB_KIB if len(disk) > 3 and disk[3].isdigit() else 0.0
+    items.append(
+        _item(
+            Check.PREFLIGHT_DISK,
+            free_gib >= MIN_DISK_GIB,
+            Reason.LOW_DISK,
+            f"{free_gib:.2f} GiB free on / (at least {MIN_DISK_GIB:.1f} GiB)",
+        )
+    )
+    return items
+
+
+def _api_item(status: str, settings: Settings) -> CheckResult:
+    url = f"{API_KEY_GUARDED_PREFIX}/models"
+    key = f" with the key in {settings.api_key_file}" if settings.api_key_file else ""
+    return _item(
+        Check.PREFLIGHT_API,
+        status != "401",
+        Reason.UNAUTHORIZED,
+        unauthorized_message(url, settings.api_key_file or "")
+        if status == "401"
+        else f"GET {url}{key} answered {status or 'nothing'}",
+    )
+
+
+def _switch_items(machine: Machine, profile: Profile, switcher: Switcher) -> list[CheckResult]:
+    dry = switcher.dry_run(machine, profile)
+    items = [
+        _item(Check.PREFLIGHT_EVALUATES, dry.evaluates is not False, Reason.DOES_NOT_EVALUATE,
+              dry.detail)
+    ]  # fmt: skip
+    if dry.evaluates is not False:
+        detail = dry.detail
+        if dry.restarts is False:
+            detail += (
+                f": the switch would change nothing, so S1 could not show a restart of "
+                f"{SERVING_UNIT}; start from the base configuration (switch to it first, or "
+                "run on a host that is not on the profile yet)"
+            )
+        items.append(
+            _item(
+                Check.PREFLIGHT_RESTARTS,
+                dry.restarts is not False,
+                Reason.SWITCH_CHANGES_NOTHING,
+                detail,
+            )
+        )
+    return items
+
+
+def run_preflight(
+    machine: Machine, profile: Profile, switcher: Switcher, settings: Settings
+) -> Preflight:
+    """Ask everything, changing nothing; the caller refuses on ``refusal``."""
+    preflight = Preflight(versions=versions(machine))
+    tools = required_tools(settings, switcher)
+    script = _SCRIPT.replace("@API_KEY_READ@", API_KEY_READ)
+    values = (" ".join(tools), settings.api_key_file or "", settings.serving_port)
+    command = (
+        f"MARK={shlex.quote(MARK)} GUARDED={API_KEY_GUARDED_PREFIX} sh -c {shlex.quote(script)} "
+        "vmtests-preflight " + " ".join(shlex.quote(str(value)) for value in values)
+    )
+    sections = split_sections(machine.execute(command, timeout=120).stdout_text)
+    paths = dict(
+        line.split(" ", 1) for line in sections.get("tools", "").splitlines() if " " in line
+    )
+    missing = [tool for tool in tools if paths.get(tool, "-") == "-"]
+    preflight.items.append(
+        _item(
+            Check.PREFLIGHT_TOOLS,
+            not missing,
+            Reason.TOOL_MISSING,
+            (f"missing on {machine.name}: {', '.join(missing)}; " if missing else "")
+            + f"found {preflight.versions_line()}",
+        )
+    )
+    preflight.items += _memory_items(sections, profile)
+    preflight.items += _switch_items(machine, profile, switcher)
+    preflight.items.append(_api_item(sections.get("v1", "").strip(), settings))
+    return preflight

@@ -33,7 +33,7 @@ from pathlib import Path
 from vmtests.certify.command import add_parser as add_certify_parser
 from vmtests.certify.command import command_certify
 from vmtests.contracts.serving import SERVING_CONTAINER
-from vmtests.contracts.settings import NO_CONTAINER, SettingError, Settings
+from vmtests.contracts.settings import NO_CONTAINER, SettingError, Settings, settings
 from vmtests.contracts.status import ExitStatus, RunStatus, UsageError
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
@@ -253,7 +253,7 @@ def run_scenario_on(
     base = _load(BASE_PROFILE) if isinstance(switcher, ReferenceSwitch) else None
     scenario = Scenario(
         machine, profile, switcher, target=target, base_profile=base,
-        settings=found or Settings(), preflight=preflight, on_failure=on_failure,
+        settings=found or settings(), preflight=preflight, on_failure=on_failure,
         rollback_command=rollback_command,
     )  # fmt: skip
     try:

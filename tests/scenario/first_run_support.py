@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -19,7 +18,6 @@ from vmtests import cli
 from vmtests.contracts.serving import API_KEY_VARIABLE, SERVING_PORT, SERVING_UNIT
 from vmtests.driver.qemu import QemuMachine
 from vmtests.guest.access import record_known_hosts
-from vmtests.guest.stub_layer import set_stub_knobs
 from vmtests.profiles import load_profile
 from vmtests.scenario.install.reference_switch import ReferenceSwitch, install_units
 from vmtests.scenario.install.switching import wait_ready
@@ -27,7 +25,6 @@ from vmtests.scenario.install.switching import wait_ready
 API_KEY_FILE = "/run/secrets/vllm-api-key.env"
 """Where a NixOS host's secret manager (sops-nix, agenix) puts a secret, and so the key here."""
 API_KEY = "sk-first-run-0123456789"
-RATE_LIMIT_DROP_IN = f"/etc/systemd/system/{SERVING_UNIT}.d/90-vmtests-log-rate-limit.conf"
 
 
 @dataclass(frozen=True)
@@ -90,24 +87,6 @@ def api_key_required(machine: QemuMachine) -> Iterator[str]:
     finally:
         machine.succeed(f"rm -f {API_KEY_FILE}")
         install_units(machine, switch.base)
-
-
-@contextmanager
-def flooded_journal(machine: QemuMachine, lines: int, burst: int, interval: str) -> Iterator[None]:
-    """The serving unit with a low journald rate limit (``LogRateLimitBurst=``,
-    ``LogRateLimitIntervalSec=``, systemd.exec(5)) and a stub that logs ``lines`` lines at
-    startup; both gone when the block ends."""
-    text = f"[Service]\nLogRateLimitIntervalSec={interval}\nLogRateLimitBurst={burst}\n"
-    machine.write_file(RATE_LIMIT_DROP_IN, text)
-    set_stub_knobs(machine, VMTESTS_STUB_LOG_FLOOD=str(lines))
-    try:
-        machine.succeed("systemctl daemon-reload")
-        restart(machine)
-        yield
-    finally:
-        set_stub_knobs(machine)
-        machine.succeed(f"rm -f {shlex.quote(RATE_LIMIT_DROP_IN)} && systemctl daemon-reload")
-        restart(machine)
 
 
 def profile_expecting_more(directory: Path, banner: str) -> Path:

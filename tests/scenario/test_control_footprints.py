@@ -81,6 +81,9 @@ class _Recorder:
         self.commands.append(render_command(command, args))
         return CommandResult(command, 0, b"", b"")
 
+    def wait_until_succeeds(self, command: str, *args: object, timeout: float = 0) -> None:
+        self.commands.append(render_command(command, args))
+
     def wait_for_unit(self, unit: str, timeout: float = 0) -> None:
         """The unit is active."""
 

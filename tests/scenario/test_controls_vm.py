@@ -19,14 +19,17 @@ import pytest
 from vm_support import assert_scenario_passed, reference_machine, run_scenario
 
 from vmtests.cli import SELFTEST_PROFILES
-from vmtests.contracts.findings import Check
+from vmtests.contracts.findings import Check, Finding, Reason
+from vmtests.contracts.serving import SERVING_UNIT
 from vmtests.driver.qemu import QemuMachine
 from vmtests.report import write_controls_report
+from vmtests.scenario.collection.snapshot import CONTAINER_LOG
 from vmtests.scenario.controls.catalogue import CONTROLS, RM_F
 from vmtests.scenario.controls.container_stop import SIGTERM
 from vmtests.scenario.controls.control import Control
 from vmtests.scenario.controls.run import ControlsRun, run_all_controls
 from vmtests.scenario.install.reference_switch import ReferenceSwitch
+from vmtests.scenario.judgement.server_config import ENGINE_LINE
 from vmtests.scenario.runner.scenario import Scenario
 
 pytestmark = [pytest.mark.vm, pytest.mark.nix, pytest.mark.guest_seconds(620)]
@@ -106,6 +109,22 @@ def test_each_control_has_its_own_message(control_run: ControlsRun) -> None:
         assert control_run.outcomes[control.name].message == caught[0].message
         others = [c.name for c in CONTROLS if c is not control and c.finds == control.finds]
         assert others == [], f"{control.name} shares its finding with {others}"
+
+
+def test_a_flooded_journal_fails_only_the_evidence(control_run: ControlsRun) -> None:
+    """journald dropped the start's lines and said so: that alone fails; the banners and the
+    engine's config line, lost from the unit's journal, were found in the container's own log."""
+    suppressed = Finding(Check.SNAPSHOT_EVIDENCE, Reason.JOURNAL_SUPPRESSED)
+    (control,) = [c for c in CONTROLS if c.finds == suppressed]
+    outcome = control_run.outcomes[control.name]
+    assert outcome.findings == control.declared, "\n".join(map(str, outcome.failures))
+    assert f"from {SERVING_UNIT}" in outcome.message
+    snapshot = outcome.snapshot
+    assert snapshot is not None
+    assert snapshot.suppressed()[0].dropped > 0
+    engine = [line for line in snapshot.current_lines() if ENGINE_LINE in line.message]
+    assert engine
+    assert {line.source for line in engine} == {CONTAINER_LOG}
 
 
 def test_leftover_container_is_stopped_gracefully(control_run: ControlsRun) -> None:

@@ -33,6 +33,7 @@ from vmtests.certify.model import (
 )
 from vmtests.certify.plan import ALL_GATES
 from vmtests.certify.report import write_certificate
+from vmtests.contracts import settings as environment
 from vmtests.contracts.settings import Settings
 from vmtests.contracts.status import RunStatus
 from vmtests.driver.errors import DriverError
@@ -128,7 +129,7 @@ def certify(
     bearer token: vLLM ``--api-key``).
     """
     options = options or Options()
-    settings = settings or Settings()
+    settings = settings or environment.settings()
     api_key_file = settings.api_key_file
     result = CertificationResult(profile.name, target, ab_profile.name if ab_profile else None)
     result.options = {**asdict(options), "partial": bool(options.only), "mode": mode}

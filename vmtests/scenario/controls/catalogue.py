@@ -36,6 +36,9 @@ from vmtests.scenario.controls.places import (
     FEATURE_VARIABLES,
     HAND_LOG,
     HAND_PID_FILE,
+    LOG_FLOOD_LINES,
+    LOG_RATE_LIMIT_BURST,
+    LOG_RATE_LIMIT_DROP_IN,
     MODEL_BUILD_DROP_IN,
     RUN_ENV_FILE,
     RUN_FLAGS_FILE,
@@ -65,6 +68,9 @@ from vmtests.scenario.install.switching import wait_healthy
 from vmtests.stub import knobs, release
 
 CATALOGUE = Catalogue()
+SUPPRESSION_TIMEOUT = 120.0
+"""Seconds the flooded-journal control waits for journald's ``Suppressed`` line: its interval
+(20 s) and the unit's next line, with the margin a loaded two-core host needs."""
 
 
 def _feature_free(switch: ReferenceSwitch) -> ServingConfig:
@@ -207,6 +213,41 @@ def engine_without_prefix_caching(machine: Machine, switch: ReferenceSwitch) -> 
     lines = [f"ExecStartPre=/bin/echo {systemd_quote(text)}" for text in banners]
     _durable_drop_in(machine, MODEL_BUILD_DROP_IN, lines)
     _restart(machine, config)
+
+
+@CATALOGUE.control(
+    "journal flooded at startup", Finding(Check.SNAPSHOT_EVIDENCE, Reason.JOURNAL_SUPPRESSED),
+    effects.journal_flooded, files=[LOG_RATE_LIMIT_DROP_IN], stub_knobs=[knobs.LOG_FLOOD],
+)  # fmt: skip
+def journal_flooded(machine: Machine, switch: ReferenceSwitch) -> None:
+    """A chatty start past journald's rate limit: journald drops the banners and says so.
+
+    The correct target, with a low rate limit for the unit (a durable drop-in:
+    ``LogRateLimitIntervalSec=``/``LogRateLimitBurst=``, systemd.exec(5)) and a stub that logs
+    thousands of lines before its banners (a stub knob). journald writes ``Suppressed N
+    messages from <unit>`` only when the unit logs again after the interval
+    (systemd ``journald-rate-limit.c``), so ``/health`` is asked (each answer logs a line) until
+    it does. Only that line fails: the banners are found in the container's own log.
+    """
+    config = switch.target
+    stage_units(machine, config)
+    set_stub_knobs(machine, **{knobs.LOG_FLOOD: str(LOG_FLOOD_LINES)})
+    interval = "20s"
+    _durable_drop_in(
+        machine,
+        LOG_RATE_LIMIT_DROP_IN,
+        [f"LogRateLimitIntervalSec={interval}", f"LogRateLimitBurst={LOG_RATE_LIMIT_BURST}"],
+    )
+    since = machine.succeed("date +%s", timeout=30).strip()
+    _restart(machine, config)
+    machine.wait_until_succeeds(
+        "curl -sf -o /dev/null http://127.0.0.1:%s/health; "
+        "journalctl -b 0 -u %s --since @%s -o cat | grep -q '^Suppressed '",
+        config.port,
+        SERVING_UNIT,
+        since,
+        timeout=SUPPRESSION_TIMEOUT,
+    )
 
 
 @CATALOGUE.control(

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import replace
 
 from vmtests.contracts.features import banner_text
 from vmtests.contracts.serving import SERVING_UNIT
-from vmtests.scenario.collection.snapshot import JournalLine, ProcessState, Snapshot
+from vmtests.scenario.collection.snapshot import CONTAINER_LOG, JournalLine, ProcessState, Snapshot
 from vmtests.scenario.controls import places
 from vmtests.scenario.judgement.sources import script_command
 
@@ -29,6 +30,8 @@ TRANSIENT_UNIT_FILE = f"{places.TRANSIENT_DIR}/{SERVING_UNIT}"
 HAND_STARTED_PID = 4242
 SESSION_SCOPE = "0::/user.slice/user-0.slice/session-1.scope"
 ASYNC_DISABLED = "Asynchronous scheduling is disabled."
+FLOOD_LINE = "vmtests stub log flood"
+"""How the stub's startup flood begins (``vmtests/stub/server.py``)."""
 
 
 def start_script(snapshot: Snapshot) -> tuple[str, str]:
@@ -115,6 +118,36 @@ def lying_banner(snapshot: Snapshot) -> None:
     _without_variable(snapshot, "QWEN36_SDPA_STREAMING")
     echo = f"[Service]\nExecStartPre=/bin/echo {banner_text('sdpaStreaming')!r}\n"
     _add_drop_in(snapshot, places.BANNER_DROP_IN, echo)
+
+
+def journal_flooded(snapshot: Snapshot) -> None:
+    """The server logged a flood of lines at startup, right after its argument dump, past the
+    unit's journald rate limit: the journal kept the first of them and dropped the rest (the
+    banners among them), then said so (``Suppressed N messages``); the snapshot read the
+    container's own log, which has every line the server printed."""
+    unit, current = snapshot.unit, snapshot.current_lines()
+    started = next(i for i, line in enumerate(current) if line.message.startswith("Started "))
+    dump = next(i for i, line in enumerate(current) if "non-default args" in line.message)
+    first = current[dump + 1]
+    flood = [
+        JournalLine(f"{FLOOD_LINE} {n}/{places.LOG_FLOOD_LINES}", first.boot_id,
+                    first.invocation_id, first.timestamp_us)
+        for n in range(1, places.LOG_FLOOD_LINES + 1)
+    ]  # fmt: skip
+    printed = [*current[started + 1 : dump + 1], *flood, *current[dump + 1 :]]
+    for line in current[dump + 1 :]:
+        snapshot.journal.remove(line)
+    kept = places.LOG_RATE_LIMIT_BURST - (dump - started)
+    suppressed = JournalLine(
+        f"Suppressed {len(printed) - kept} messages from {SERVING_UNIT}",
+        first.boot_id,
+        invocation_id="journald",
+        timestamp_us=first.timestamp_us,
+        dropped=len(printed) - kept,
+        object_invocation_id=unit.invocation_id,
+    )
+    snapshot.journal += [*flood[:kept], suppressed]
+    snapshot.container_log = [replace(line, source=CONTAINER_LOG) for line in printed]
 
 
 def engine_without_prefix_caching(snapshot: Snapshot) -> None:

@@ -15,6 +15,11 @@ UNRELATED_DROP_IN = f"{RUNTIME_DROP_IN_DIR}/50-weight.conf"
 BANNER_DROP_IN = f"{DURABLE_DROP_IN_DIR}/50-banner.conf"
 MODEL_BUILD_DROP_IN = f"{DURABLE_DROP_IN_DIR}/50-model-build.conf"
 WRAPPER_DROP_IN = f"{DURABLE_DROP_IN_DIR}/50-wrapper.conf"
+LOG_RATE_LIMIT_DROP_IN = f"{DURABLE_DROP_IN_DIR}/50-log-rate-limit.conf"
+LOG_RATE_LIMIT_BURST = 40
+"""The flooded journal's rate limit: lines of the unit journald keeps per interval."""
+LOG_FLOOD_LINES = 3000
+"""Lines the stub logs at startup in the flooded-journal control, far past the burst."""
 HAND_PID_FILE = "/run/vmtests-hand-serving.pid"
 HAND_LOG = "/var/log/vmtests-hand-serving.log"
 RUNTIME_CONFIG_DIR = "/run/tenstorrent-serving"

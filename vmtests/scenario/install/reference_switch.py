@@ -424,6 +424,8 @@ class ReferenceSwitch:
                 check_hugepages_fit(config.hugepages, memory_mb)
         if self._serves_base(machine):
             log.info(f"{machine.name} serves the base configuration already: nothing to deploy")
+            self.installable(machine, self.profile.serving_profile)
+            self.installable(machine, self.base_serving_profile)
             return
         with log.nested("installing the stub device layer"):
             install_stub_device_layer(machine)
@@ -445,8 +447,10 @@ class ReferenceSwitch:
             f"{UNIT_DIR}/{SERVING_UNIT}",
             timeout=30,
         )
+        if result.rc != 0:
+            return False
         base = self._rendered(self.base_serving_profile, image_file)
-        if result.rc != 0 or result.stdout_text != render_units(base).units[SERVING_UNIT]:
+        if result.stdout_text != render_units(base).units[SERVING_UNIT]:
             return False
         self._image_file = image_file
         return True

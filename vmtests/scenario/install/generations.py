@@ -15,6 +15,12 @@ On the reference guest, which is Debian, a generation is the installed unit set:
 systemd, stops the units that no longer exist (as switch-to-configuration stops removed
 units) and restarts the serving unit: the same steps, recorded and replayed the same way.
 
+Either way the hugepage pools are recorded too and set back: a target's hugepage oneshot
+reserves its pages at runtime, and neither switch-to-configuration nor the unit set's restore
+gives them back (stopping a oneshot runs no ``ExecStop``), so a rollback would leave the base
+with pages nothing reserves at boot (gone after the next reboot, held until then). Shrinking a
+pool frees only pages nobody holds (kernel ``Documentation/admin-guide/mm/hugetlbpage.rst``).
+
 Before a switch: ``nixos-rebuild dry-build`` proves the configuration evaluates (nixpkgs
 ``nixos-rebuild.8.scd``: it shows what would be built and does nothing else; exit 0 when it
 evaluates), and ``dry-activate`` lists what activating it would do, on stderr:
@@ -40,6 +46,12 @@ CURRENT_SYSTEM = "/run/current-system"
 GENERATIONS_DIR = "/var/lib/vmtests/generations"
 UNIT_SET = ("etc/systemd/system", "etc/vmtests")
 """The reference guest's installed unit set, relative to ``/``: what its install step writes."""
+POOLS = "/sys/kernel/mm/hugepages"
+POOL_SIZES = (
+    f"for d in {POOLS}/hugepages-*kB; do "
+    '[ -r "$d/nr_hugepages" ] && echo "$d/nr_hugepages $(cat "$d/nr_hugepages")"; done'
+)
+"""Shell printing ``<pool's nr_hugepages file> <count>`` for every hugepage size."""
 _DRY_LINE = re.compile(r"^would (stop|restart|start) the following units: (.*)$", re.MULTILINE)
 UNIT_SET_DIGEST = (
     "cd / && { find " + " ".join(UNIT_SET) + " -printf '%y %p %l\\n' | LC_ALL=C sort; "
@@ -77,6 +89,20 @@ class DryRun:
     detail: str
 
 
+def _pools_back(machine: Machine) -> tuple[str, str]:
+    """Shell that sets every hugepage pool back to its size now, and those sizes in words."""
+    found = [
+        line.split()
+        for line in machine.execute(POOL_SIZES, timeout=30).stdout_text.splitlines()
+        if len(line.split()) == 2 and line.split()[1].isdigit()
+    ]
+    if not found:
+        return "true", "no hugepage pools"
+    back = "; ".join(f"echo {count} > {path}" for path, count in found)
+    sizes = ", ".join(f"{path.split('/')[-2].removeprefix('hugepages-')}: {n}" for path, n in found)
+    return f"{{ {back}; }}", f"hugepage pools {sizes}"
+
+
 def current_generation(machine: Machine) -> Generation:
     """The NixOS generation the machine runs; ``DriverError`` when it is not NixOS."""
     result = machine.execute(
@@ -90,6 +116,7 @@ def current_generation(machine: Machine) -> Generation:
             "leave)"
         )
     store_path, link = lines
+    pools, sizes = _pools_back(machine)
     number = re.fullmatch(r"system-(\d+)-link", link)
     if number is None:
         command = f"{store_path}/bin/switch-to-configuration switch"
@@ -100,7 +127,9 @@ def current_generation(machine: Machine) -> Generation:
             f"{SYSTEM_PROFILE}/bin/switch-to-configuration switch"
         )
         where = f"{store_path} (generation {number[1]} of {SYSTEM_PROFILE})"
-    return Generation(store_path, where, command, f"readlink -f {CURRENT_SYSTEM}")
+    return Generation(
+        store_path, f"{where}, {sizes}", f"{command} && {pools}", f"readlink -f {CURRENT_SYSTEM}"
+    )
 
 
 def record_unit_set(machine: Machine) -> Generation:
@@ -113,14 +142,17 @@ def record_unit_set(machine: Machine) -> Generation:
         timeout=60,
     )
     targets = " ".join(f"/{path}" for path in UNIT_SET)
+    pools, sizes = _pools_back(machine)
     rollback = (
         f"test -s {archive} && rm -rf {targets} && tar -C / -xf {archive} && "
         "systemctl daemon-reload && "
         "for u in $(systemctl list-units --all --plain --no-legend --state=not-found "
         "| awk '{print $1}'); do systemctl stop \"$u\"; done; "
-        f"{firewall.APPLY} && systemctl restart {SERVING_UNIT}"
+        f"{pools}; {firewall.APPLY} && systemctl restart {SERVING_UNIT}"
     )
-    description = f"the installed unit set {digest} ({', '.join(UNIT_SET)}, archived in {archive})"
+    description = (
+        f"the installed unit set {digest} ({', '.join(UNIT_SET)}, archived in {archive}), {sizes}"
+    )
     return Generation(digest, description, rollback, UNIT_SET_DIGEST)
 
 

@@ -1,4 +1,5 @@
-"""The negative controls: real ways a configuration fails to persist, each of which must be caught.
+"""The negative controls: real ways a configuration fails to persist, or its evidence fails (a
+journal that dropped the banners), each of which must be caught.
 
 Every control starts from the correct target configuration (installed by the reference switch),
 applies one real mechanism on the reference guest (a ``/run`` drop-in, ``systemctl

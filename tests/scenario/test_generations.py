@@ -94,7 +94,7 @@ def test_a_nixos_dry_run_refuses_what_does_not_evaluate_and_sees_no_restart() ->
 def test_the_nixos_generation_and_its_exact_way_back() -> None:
     store = "/nix/store/0123abcd-nixos-system-cfx-llm2-26.11"
     pool = "/sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages"
-    answers = {"readlink": (0, f"{store}\nsystem-41-link\n"), "nr_hugepages": (0, f"{pool} 0\n")}
+    answers = {"readlink": (0, f"{store}\nsystem-41-link\n"), "nr_hugepages": (0, "1048576kB 0\n")}
     machine = cast(Machine, _Answers(answers))
     generation = current_generation(machine)
     assert generation.id == store
@@ -105,7 +105,7 @@ def test_the_nixos_generation_and_its_exact_way_back() -> None:
         f"{{ echo 0 > {pool}; }}"
     )
     assert "generation 41" in generation.description
-    assert "hugepage pools 1048576kB: 0" in generation.description
+    assert "hugepage pools 1048576 KiB: 0" in generation.description
     assert rollback_command(generation, "nixos-rebuild switch --store-path {generation}") == (
         f"nixos-rebuild switch --store-path {store}"
     )

@@ -43,6 +43,31 @@ HUGEPAGE_SIZES_KIB = {"1G": GIB_KIB, "2M": 2048}
 """The module's ``hugepages.size`` values and their page sizes, as in
 ``/sys/kernel/mm/hugepages/hugepages-<KiB>kB``."""
 
+HUGEPAGE_POOLS = "/sys/kernel/mm/hugepages"
+"""Where the kernel shows each hugepage pool: ``hugepages-<KiB>kB/nr_hugepages``."""
+
+POOL_SIZES = (
+    f"for d in {HUGEPAGE_POOLS}/hugepages-*kB; do "
+    '[ -r "$d/nr_hugepages" ] && echo "${d##*hugepages-} $(cat "$d/nr_hugepages")"; done'
+)
+"""Shell printing ``<KiB>kB <pages>`` for every hugepage pool (``parse_pools`` reads it)."""
+
+
+def hugepages_path(size_kib: int) -> str:
+    """The sysfs file holding the pool size of ``size_kib`` KiB pages."""
+    return f"{HUGEPAGE_POOLS}/hugepages-{size_kib}kB/nr_hugepages"
+
+
+def parse_pools(text: str) -> dict[int, int]:
+    """``POOL_SIZES``'s ``<size>kB <nr_hugepages>`` lines as ``{size KiB: pages}``."""
+    pools: dict[int, int] = {}
+    for line in text.splitlines():
+        size, _, count = line.partition(" ")
+        size = size.removesuffix("kB")
+        if size.isdigit() and count.strip().isdigit():
+            pools[int(size)] = int(count.strip())
+    return pools
+
 
 @dataclass(frozen=True)
 class Hugepages:

@@ -18,8 +18,10 @@ from typing import Any
 from vmtests.contracts.serving import (
     API_KEY_VARIABLE,
     HUGEPAGES_UNIT,
+    POOL_SIZES,
     SERVING_PORT,
     SERVING_UNIT,
+    parse_pools,
 )
 from vmtests.driver.errors import DriverError
 from vmtests.driver.machine import Machine
@@ -165,9 +167,7 @@ else
 fi
 sec meminfo; grep -i huge /proc/meminfo
 sec hugepage_pools
-for d in /sys/kernel/mm/hugepages/hugepages-*kB; do
-  [ -r "$d/nr_hugepages" ] && echo "${d##*hugepages-} $(cat "$d/nr_hugepages")"
-done
+@POOL_SIZES@
 sec hugepage_unit; printf '%s\n' "$hprops"
 sec hugepage_unit_files; files "$hprops"
 sec sysctl
@@ -211,7 +211,7 @@ def snapshot_command(
         api_key_file or "",
     )  # fmt: skip
     arguments = " ".join(shlex.quote(str(value)) for value in values)
-    script = _SCRIPT.replace("@API_KEY_READ@", API_KEY_READ)
+    script = _SCRIPT.replace("@API_KEY_READ@", API_KEY_READ).replace("@POOL_SIZES@", POOL_SIZES)
     return f"{variables} sh -c {shlex.quote(script)} vmtests-snapshot {arguments}"
 
 
@@ -462,17 +462,6 @@ def parse_meminfo(text: str) -> dict[str, str]:
         for key, _, value in (line.partition(":") for line in text.splitlines())
         if value
     }
-
-
-def parse_pools(text: str) -> dict[int, int]:
-    """``<size>kB <nr_hugepages>`` lines as ``{size KiB: pages}``."""
-    pools: dict[int, int] = {}
-    for line in text.splitlines():
-        size, _, count = line.partition(" ")
-        size = size.removesuffix("kB")
-        if size.isdigit() and count.strip().isdigit():
-            pools[int(size)] = int(count.strip())
-    return pools
 
 
 def _container(text: str, errors: list[str]) -> ContainerState | None:

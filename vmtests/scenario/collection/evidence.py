@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import shlex
 
-from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_UNIT
+from vmtests.contracts.serving import HUGEPAGES_UNIT, POOL_SIZES, SERVING_UNIT
 from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
@@ -50,9 +50,7 @@ timeout "$t" journalctl --no-pager -o short-iso-precise -k -b 0 2>&1 | grep -i t
   | tail -n "$tail"
 sec meminfo
 grep -iE '^(MemTotal|MemAvailable|Huge|Hugetlb)' /proc/meminfo
-for d in /sys/kernel/mm/hugepages/hugepages-*kB; do
-  [ -r "$d/nr_hugepages" ] && echo "${d##*/} nr_hugepages=$(cat "$d/nr_hugepages")"
-done
+echo "pools (KiB pages):"; @POOL_SIZES@
 sec tt-smi
 if command -v tt-smi >/dev/null; then timeout "$t" tt-smi -s --snapshot_no_tty 2>&1
 else echo "tt-smi: not installed"; fi
@@ -70,7 +68,8 @@ def evidence_command(
     """The shell command that prints every part of the evidence."""
     values = (unit, hugepages_unit, container or "", JOURNAL_LINES, LOG_TAIL_LINES, PART_TIMEOUT)
     arguments = " ".join(shlex.quote(str(value)) for value in values)
-    return f"MARK={shlex.quote(MARK)} sh -c {shlex.quote(_SCRIPT)} vmtests-evidence {arguments}"
+    script = _SCRIPT.replace("@POOL_SIZES@", POOL_SIZES)
+    return f"MARK={shlex.quote(MARK)} sh -c {shlex.quote(script)} vmtests-evidence {arguments}"
 
 
 def collect_evidence(

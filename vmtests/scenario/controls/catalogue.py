@@ -27,7 +27,13 @@ from functools import reduce
 
 from vmtests.contracts.features import banner_text, env_name
 from vmtests.contracts.findings import Check, Finding, Reason
-from vmtests.contracts.serving import HUGEPAGES_UNIT, SERVING_CONTAINER, SERVING_UNIT, Hugepages
+from vmtests.contracts.serving import (
+    HUGEPAGES_UNIT,
+    SERVING_CONTAINER,
+    SERVING_UNIT,
+    Hugepages,
+    hugepages_path,
+)
 from vmtests.driver.machine import Machine
 from vmtests.guest.stub_layer import GUEST_PYTHONPATH, set_stub_knobs
 from vmtests.scenario.controls import effects
@@ -64,7 +70,7 @@ from vmtests.scenario.install.reference_switch import (
     systemd_quote,
     write_rendered,
 )
-from vmtests.scenario.install.serving_unit import RenderedUnits, hugepages_path, run_script_text
+from vmtests.scenario.install.serving_unit import RenderedUnits, run_script_text
 from vmtests.scenario.install.switching import wait_healthy
 from vmtests.stub import knobs, release
 

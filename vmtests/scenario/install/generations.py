@@ -36,7 +36,7 @@ import re
 import shlex
 from dataclasses import asdict, dataclass
 
-from vmtests.contracts.serving import SERVING_UNIT
+from vmtests.contracts.serving import POOL_SIZES, SERVING_UNIT, hugepages_path, parse_pools
 from vmtests.driver.errors import DriverError
 from vmtests.driver.machine import Machine
 from vmtests.guest import firewall
@@ -46,12 +46,6 @@ CURRENT_SYSTEM = "/run/current-system"
 GENERATIONS_DIR = "/var/lib/vmtests/generations"
 UNIT_SET = ("etc/systemd/system", "etc/vmtests")
 """The reference guest's installed unit set, relative to ``/``: what its install step writes."""
-POOLS = "/sys/kernel/mm/hugepages"
-POOL_SIZES = (
-    f"for d in {POOLS}/hugepages-*kB; do "
-    '[ -r "$d/nr_hugepages" ] && echo "$d/nr_hugepages $(cat "$d/nr_hugepages")"; done'
-)
-"""Shell printing ``<pool's nr_hugepages file> <count>`` for every hugepage size."""
 _DRY_LINE = re.compile(r"^would (stop|restart|start) the following units: (.*)$", re.MULTILINE)
 UNIT_SET_DIGEST = (
     "cd / && { find " + " ".join(UNIT_SET) + " -printf '%y %p %l\\n' | LC_ALL=C sort; "
@@ -91,15 +85,11 @@ class DryRun:
 
 def _pools_back(machine: Machine) -> tuple[str, str]:
     """Shell that sets every hugepage pool back to its size now, and those sizes in words."""
-    found = [
-        line.split()
-        for line in machine.execute(POOL_SIZES, timeout=30).stdout_text.splitlines()
-        if len(line.split()) == 2 and line.split()[1].isdigit()
-    ]
-    if not found:
+    pools = parse_pools(machine.execute(POOL_SIZES, timeout=30).stdout_text)
+    if not pools:
         return "true", "no hugepage pools"
-    back = "; ".join(f"echo {count} > {path}" for path, count in found)
-    sizes = ", ".join(f"{path.split('/')[-2].removeprefix('hugepages-')}: {n}" for path, n in found)
+    back = "; ".join(f"echo {count} > {hugepages_path(kib)}" for kib, count in pools.items())
+    sizes = ", ".join(f"{kib} KiB: {count}" for kib, count in pools.items())
     return f"{{ {back}; }}", f"hugepage pools {sizes}"
 
 

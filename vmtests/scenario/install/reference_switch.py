@@ -34,6 +34,7 @@ from vmtests.contracts.serving import (
     SERVING_PORT,
     SERVING_UNIT,
     Hugepages,
+    hugepages_path,
 )
 from vmtests.contracts.settings import Settings, settings
 from vmtests.driver.errors import DriverError
@@ -52,7 +53,6 @@ from vmtests.scenario.install.serving_unit import (
     OciContainer,
     RenderedUnits,
     ServiceAdjustments,
-    hugepages_path,
     mount_unit_name,
     oci_container,
     render_container_service,

@@ -318,11 +318,6 @@ def render_container_service(
     return rendered
 
 
-def hugepages_path(size_kib: int) -> str:
-    """The sysfs file holding the pool size of ``size_kib`` KiB pages."""
-    return f"/sys/kernel/mm/hugepages/hugepages-{size_kib}kB/nr_hugepages"
-
-
 def hugepage_script_text(hugepages: Hugepages) -> str:
     """The module's ``tenstorrent-hugepages`` script (fails when fewer pages are reserved)."""
     count, size, kib = hugepages.count, hugepages.size, hugepages.size_kib

@@ -21,7 +21,9 @@ from vmtests.contracts.serving import (
     GIB_KIB,
     MIN_DISK_GIB,
     MIN_MEM_AVAILABLE_GIB,
+    POOL_SIZES,
     SERVING_UNIT,
+    parse_pools,
 )
 from vmtests.contracts.settings import Settings
 from vmtests.driver.machine import Machine
@@ -47,10 +49,7 @@ sec() { printf '\n%s%s\n' "$MARK" "$1"; }
 sec tools
 for tool in $tools; do printf '%s %s\n' "$tool" "$(command -v "$tool" || echo -)"; done
 sec meminfo; grep -E '^(MemAvailable|Hugepagesize):' /proc/meminfo
-sec pools
-for d in /sys/kernel/mm/hugepages/hugepages-*kB; do
-  [ -r "$d/nr_hugepages" ] && echo "${d##*hugepages-} $(cat "$d/nr_hugepages")"
-done
+sec pools; @POOL_SIZES@
 sec disk; df -Pk / | tail -n1
 sec v1
 if [ -n "$keyfile" ]; then
@@ -119,12 +118,7 @@ def _memory_items(sections: dict[str, str], profile: Profile) -> list[CheckResul
     )
     available_kib = int(meminfo.get("MemAvailable", "0 kB").split()[0])
     floor_kib = int(MIN_MEM_AVAILABLE_GIB * GIB_KIB)
-    pools = dict(
-        (int(size.removesuffix("kB")), int(count))
-        for size, count in (
-            line.split() for line in sections.get("pools", "").splitlines() if line.strip()
-        )
-    )
+    pools = parse_pools(sections.get("pools", ""))
     items = [
         _item(
             Check.PREFLIGHT_MEMORY,
@@ -205,7 +199,7 @@ def run_preflight(
     """Ask everything, changing nothing; the caller refuses on ``refusal``."""
     preflight = Preflight(versions=versions(machine))
     tools = required_tools(settings, switcher)
-    script = _SCRIPT.replace("@API_KEY_READ@", API_KEY_READ)
+    script = _SCRIPT.replace("@API_KEY_READ@", API_KEY_READ).replace("@POOL_SIZES@", POOL_SIZES)
     values = (" ".join(tools), settings.api_key_file or "", settings.serving_port)
     command = (
         f"MARK={shlex.quote(MARK)} GUARDED={API_KEY_GUARDED_PREFIX} sh -c {shlex.quote(script)} "

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from vmtests.contracts.serving import READY_TIMEOUT, SERVING_CONTAINER
-from vmtests.contracts.settings import SettingError, Settings
+from vmtests.contracts.settings import REAL_HOST_DEFAULTS, REAL_HOST_ORIGIN, SettingError, Settings
 from vmtests.guest.host_settings import resolve, split_target, ssh_options
 
 
@@ -84,3 +84,19 @@ def test_a_host_yaml_that_is_not_a_mapping(tmp_path: Path) -> None:
 def test_split_target_keeps_a_target_without_options() -> None:
     assert split_target("ssh://root@[::1]:22") == ("ssh://root@[::1]:22", {})
     assert split_target("ssh://h?container=none") == ("ssh://h", {"container": "none"})
+
+
+def test_an_ssh_target_gets_a_real_hosts_timeouts_where_nothing_set_them(tmp_path: Path) -> None:
+    # The reference guest's 300 s would end a P150's vLLM start (up to 3600 s, more with an
+    # empty tensor cache) as "not ready", and a POST of minutes as "did not come back".
+    config = tmp_path / "cfx-llm2.yaml"
+    config.write_text("reboot_timeout: 1200\n")
+    environ = {"VMTESTS_SWITCH_TIMEOUT": "2400"}
+    _, real = resolve("ssh://root@cfx-llm2", config, environ)
+    assert real.ready_timeout == float(REAL_HOST_DEFAULTS["ready_timeout"]) >= 3600
+    assert real.origin("ready_timeout") == REAL_HOST_ORIGIN
+    assert real.reboot_timeout == 1200  # a host's file wins over the real host's default
+    assert real.switch_timeout == 2400  # so does the environment
+    assert real.stop_timeout == Settings().stop_timeout
+    _, guest = resolve("qemu:reference", environ={})
+    assert guest.ready_timeout == READY_TIMEOUT

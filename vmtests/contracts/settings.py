@@ -45,10 +45,30 @@ ACCELERATORS = ("auto", "kvm", "tcg")
 """The values of the ``accel`` setting (QEMU's accelerator, or ``auto``)."""
 REBOOT_MODES = ("restart", "reset")
 """The values of the ``reboot_mode`` setting."""
+REAL_HOST_ORIGIN = "ssh:// default (a P150 host)"
+REAL_HOST_DEFAULTS = {
+    "ready_timeout": "5400",
+    "reboot_timeout": "900",
+    "switch_timeout": "1800",
+}
+"""The timeouts' defaults on an ``ssh://`` target, where a real P150 host answers: the ones
+declared below suit the reference guest's stub server, and would fail a real run for the wrong
+reason. ``ready_timeout``: tt-inference-server allows vLLM's start ``tensor_cache_timeout``
+(3600 s for its single-card P150 specs, ``workflows/model_spec.py`` ``DeviceModelSpec``), and
+budgets a startup at that plus 1800 s (``workflows/helm_generator/base_mapper.py``);
+``reboot_timeout``: a server's firmware POST and BMC take minutes; ``switch_timeout``:
+``nixos-rebuild switch --flake`` evaluates and builds on the host. docs/first-run.md says how
+to set them from what the host shows; any other source (the environment, a host's file, the
+target's options) wins over these."""
 
 
 def _text(value: str) -> str:
     return value
+
+
+def _timeout_shown(default: float, name: str) -> str:
+    """A timeout's default as README shows it: the reference guest's, then a real host's."""
+    return f"`{default:g}` s; `{REAL_HOST_DEFAULTS[name]}` s on an `ssh://` target"
 
 
 def _path(value: str) -> Path | None:
@@ -160,17 +180,29 @@ class Settings:
     # ---- per host: also a host's ``--host-config`` file and a target's query options ----------
 
     ready_timeout: float = setting(
-        "VMTESTS_READY_TIMEOUT", READY_TIMEOUT, parse=_seconds, shown="`300` s", per_host=True
+        "VMTESTS_READY_TIMEOUT",
+        READY_TIMEOUT,
+        parse=_seconds,
+        shown=_timeout_shown(READY_TIMEOUT, "ready_timeout"),
+        per_host=True,
     )
     """Seconds the server may take to answer ``/health`` after a start, a switch or a boot."""
 
     reboot_timeout: float = setting(
-        "VMTESTS_REBOOT_TIMEOUT", 300.0, parse=_seconds, shown="`300` s", per_host=True
+        "VMTESTS_REBOOT_TIMEOUT",
+        300.0,
+        parse=_seconds,
+        shown=_timeout_shown(300.0, "reboot_timeout"),
+        per_host=True,
     )
     """Seconds from a reboot request until the machine answers again (a host's POST included)."""
 
     switch_timeout: float = setting(
-        "VMTESTS_SWITCH_TIMEOUT", 900.0, parse=_seconds, shown="`900` s", per_host=True
+        "VMTESTS_SWITCH_TIMEOUT",
+        900.0,
+        parse=_seconds,
+        shown=_timeout_shown(900.0, "switch_timeout"),
+        per_host=True,
     )
     """Seconds a switch (or rollback) command may take: ``nixos-rebuild switch --flake``
     evaluates the whole NixOS configuration in the VM (once: ``--no-reexec`` skips nixpkgs
@@ -266,6 +298,12 @@ class Settings:
     def variable(cls, name: str) -> str:
         """The environment variable that field ``name`` is read from."""
         return str(next(f for f in cls.fields() if f.name == name).metadata[VARIABLE])
+
+    def defaulted(self, values: Mapping[str, str], origin: str) -> Settings:
+        """These settings with ``values`` taking the place of the declared defaults: only the
+        settings nothing else set (``origin`` is still ``default``) change."""
+        unset = {name: text for name, text in values.items() if self.origin(name) == DEFAULT_ORIGIN}
+        return self.overridden(unset, origin)
 
     def overridden(self, values: Mapping[str, str], origin: str) -> Settings:
         """These settings with ``values`` (field name -> text) parsed and checked over them; an

@@ -23,7 +23,13 @@ from pathlib import Path
 
 import yaml
 
-from vmtests.contracts.settings import SettingError, Settings, settings
+from vmtests.contracts.settings import (
+    REAL_HOST_DEFAULTS,
+    REAL_HOST_ORIGIN,
+    SettingError,
+    Settings,
+    settings,
+)
 from vmtests.guest import SSH_TARGET_PREFIX
 
 SSH_SETTINGS = (
@@ -87,15 +93,19 @@ def resolve(
     target: str, host_config: Path | None = None, environ: Mapping[str, str] | None = None
 ) -> tuple[str, Settings]:
     """The target without its options, and its settings: the environment's, then the host's
-    YAML file, then the target's options. SSH settings on a target that is not ssh:// are
-    refused; so is any setting that is not a host's."""
+    YAML file, then the target's options; on an ssh:// target, the timeouts none of them set
+    take a real host's defaults (``REAL_HOST_DEFAULTS``), not the reference guest's. SSH
+    settings on a target that is not ssh:// are refused; so is any setting that is not a
+    host's."""
     base, options = split_target(target)
     found = settings(environ)
     if host_config is not None:
         origin = f"--host-config {host_config}"
         found = found.overridden(_per_host(load_host_config(host_config), origin), origin)
     found = found.overridden(_per_host(options, TARGET_OPTION), TARGET_OPTION)
-    if not base.startswith(SSH_TARGET_PREFIX):
+    if base.startswith(SSH_TARGET_PREFIX):
+        found = found.defaulted(REAL_HOST_DEFAULTS, REAL_HOST_ORIGIN)
+    else:
         given = [
             name
             for name in SSH_SETTINGS

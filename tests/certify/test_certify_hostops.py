@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import time
+
+import pytest
+
 from vmtests.certify import hostops
 from vmtests.contracts.settings import Settings
 from vmtests.driver.machine import CommandResult, Machine
@@ -80,3 +84,20 @@ def test_memory_disk_and_tt_smi_parsing() -> None:
     assert hostops.mem_available_kib(machine) == 5000000
     assert hostops.disk_free_kib(machine) == 2500000
     assert hostops.tt_smi_snapshot(machine)["host_info"]["Driver"] == "TT-KMD 2.10.0"
+
+
+def test_a_start_and_its_wait_share_one_ready_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [0.0]
+    budgets: list[float] = []
+
+    class SlowStart(Scripted):
+        def _run(self, command: str, timeout: float) -> CommandResult:
+            clock[0] += 100.0  # systemctl start blocks while the unit activates
+            return super()._run(command, timeout)
+
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(
+        hostops, "wait_ready", lambda machine, port, timeout: budgets.append(timeout)
+    )
+    hostops.start(SlowStart({"systemctl start": (0, "")}), Settings(ready_timeout=3600.0))
+    assert budgets == [3500.0]

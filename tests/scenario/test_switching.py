@@ -3,13 +3,20 @@ and the refusal to switch where no way to switch was given."""
 
 from __future__ import annotations
 
+import time
 from typing import cast
 
 import pytest
 
 from vmtests.driver.machine import Machine
 from vmtests.profiles import load_profile
-from vmtests.scenario.install.switching import SWITCH_TIMEOUT, CommandSwitch, NoSwitch, Switcher
+from vmtests.scenario.install.switching import (
+    SWITCH_TIMEOUT,
+    CommandSwitch,
+    NoSwitch,
+    Switcher,
+    wait_ready,
+)
 
 
 class _Recorder:
@@ -55,3 +62,33 @@ def test_no_switch_refuses_to_switch() -> None:
     ):
         NoSwitch().switch(cast(Machine, recorder), load_profile("resident"))
     assert recorder.calls == []
+
+
+class _SlowUnit:
+    """Stands in for a machine whose unit takes ``activation`` seconds (a fake clock) to become
+    active; records the budget each wait got."""
+
+    name = "slow-unit"
+
+    def __init__(self, clock: list[float], activation: float) -> None:
+        self.clock, self.activation = clock, activation
+        self.budgets: dict[str, float] = {}
+
+    def wait_for_unit(self, unit: str, timeout: float) -> None:
+        self.budgets["unit"] = timeout
+        self.clock[0] += self.activation
+
+    def wait_for_http_ok(self, port: int, path: str, timeout: float, unit: str) -> None:
+        self.budgets["health"] = timeout
+
+
+def test_the_unit_and_health_waits_share_one_ready_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A P150 unit that activates for 3000 s of a 3600 s budget leaves /health 600 s, not a
+    # fresh 3600 s: a server that never answers is reported after ready_timeout, not twice it.
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    machine = _SlowUnit(clock, activation=3000.0)
+    wait_ready(cast(Machine, machine), 8000, timeout=3600.0)
+    assert machine.budgets == {"unit": 3600.0, "health": 600.0}

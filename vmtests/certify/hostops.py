@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,10 +91,11 @@ def stop_checked(machine: Machine, settings: Settings, unit: str = SERVING_UNIT)
 
 
 def start(machine: Machine, settings: Settings, unit: str = SERVING_UNIT) -> None:
-    """``systemctl start`` the unit and wait until it is active and ``/health`` answers (each
-    at most ``ready_timeout``)."""
+    """``systemctl start`` the unit and wait until it is active and ``/health`` answers, all
+    within one ``ready_timeout``."""
+    deadline = time.monotonic() + settings.ready_timeout
     machine.succeed(f"systemctl start {shlex.quote(unit)}", timeout=settings.ready_timeout)
-    wait_ready(machine, settings.serving_port, settings.ready_timeout)
+    wait_ready(machine, settings.serving_port, max(1.0, deadline - time.monotonic()))
 
 
 def restart_checked(machine: Machine, settings: Settings, unit: str = SERVING_UNIT) -> StopOutcome:

@@ -13,6 +13,7 @@ can go back to it (``record_generation``, ``vmtests.scenario.install.generations
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -69,9 +70,11 @@ def wait_healthy(machine: Machine, port: int, timeout: float = READY_TIMEOUT) ->
 
 
 def wait_ready(machine: Machine, port: int, timeout: float = READY_TIMEOUT) -> None:
-    """Wait until the serving unit is active and ``/health`` answers 200."""
+    """Wait until the serving unit is active and ``/health`` answers 200, both within one
+    ``timeout`` (the unit's activation counts against the server's start)."""
+    deadline = time.monotonic() + timeout
     machine.wait_for_unit(SERVING_UNIT, timeout)
-    wait_healthy(machine, port, timeout)
+    wait_healthy(machine, port, max(1.0, deadline - time.monotonic()))
 
 
 @dataclass

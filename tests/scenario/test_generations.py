@@ -8,15 +8,22 @@ from typing import cast
 import pytest
 
 from vmtests.contracts.settings import Settings
-from vmtests.driver.errors import DriverError
+from vmtests.driver.errors import DriverError, MachineGone
 from vmtests.driver.machine import CommandResult, Machine
 from vmtests.scenario.install.generations import (
+    Generation,
     command_action,
     current_generation,
     nixos_dry_run,
     restarts_in,
 )
-from vmtests.scenario.runner.recovery import Action, OnFailure, recover, rollback_command
+from vmtests.scenario.runner.recovery import (
+    Action,
+    OnFailure,
+    Recovery,
+    recover,
+    rollback_command,
+)
 
 # switch-to-configuration-ng's dry-activate lines (src/main.rs), on stderr, as nixos-rebuild
 # passes them on: a changed service with stopIfChanged is stopped and started.
@@ -117,3 +124,82 @@ def test_the_nixos_generation_and_its_exact_way_back() -> None:
     debian = cast(Machine, _Answers({"readlink": (1, "")}))
     with pytest.raises(DriverError, match="not a NixOS host"):
         current_generation(debian)
+
+
+class _Host(_Answers):
+    """A NixOS host after a failed run, answering as ``_Answers`` does; ``dropped`` makes the
+    first command find the ssh session gone, as a switch that restarted the network leaves it,
+    until ``reconnect``."""
+
+    def __init__(self, answers: dict[str, tuple[int, str]], *, dropped: bool = False) -> None:
+        super().__init__(answers)
+        self.dropped = dropped
+
+    def reconnect(self) -> None:
+        self.commands.append("<reconnect>")
+        self.dropped = False
+
+    def execute(self, command: str, *args: object, timeout: float) -> CommandResult:
+        if self.dropped:
+            raise MachineGone(f"{self.name}: not connected")
+        return super().execute(command, timeout=timeout)
+
+    def wait_until_succeeds(self, command: str, *args: object, timeout: float) -> None:
+        self.succeed(command, timeout=timeout)
+
+    def wait_for_unit(self, unit: str, timeout: float) -> None:
+        self.succeed(f"systemctl show -p ActiveState --value {unit}", timeout=timeout)
+
+    def wait_for_http_ok(self, port: int, path: str, timeout: float, unit: str) -> None:
+        self.succeed(f"curl http://127.0.0.1:{port}{path}", timeout=timeout)
+
+
+OLD = "/nix/store/0123abcd-nixos-system-cfx-llm2-26.11"
+NEW = "/nix/store/4567efgh-nixos-system-cfx-llm2-26.11"
+OLD_GENERATION = Generation(OLD, f"{OLD} (generation 41)", "rollback-41", "readlink -f /run/x")
+FAST = Settings(ready_timeout=1.0, switch_timeout=5.0)
+
+
+def _rolled_back(host: _Host) -> Recovery:
+    return recover(
+        cast(Machine, host),
+        OLD_GENERATION,
+        on_failure=OnFailure.ROLLBACK,
+        command=None,
+        settings=FAST,
+    )
+
+
+def test_a_session_dropped_by_the_switch_is_reopened_and_the_switch_awaited() -> None:
+    host = _Host(
+        {"pgrep": (0, ""), "rollback-41": (0, ""), "readlink": (0, OLD), "ActiveState": (0,
+         "active"), "curl": (0, ""), "true": (0, "")},
+        dropped=True,
+    )  # fmt: skip
+    recovery = _rolled_back(host)
+    assert recovery.action == Action.ROLLED_BACK, recovery.message
+    steps = ("<reconnect>", "pgrep", "rollback-41")
+    order = [step for command in host.commands for step in steps if step in command]
+    assert order == list(steps)
+
+
+def test_a_rollback_whose_server_is_still_starting_is_not_called_failed() -> None:
+    host = _Host({"pgrep": (0, ""), "rollback-41": (0, ""), "readlink": (0, OLD),
+                  "ActiveState": (1, "failed"), "true": (0, "")})  # fmt: skip
+    recovery = _rolled_back(host)
+    assert recovery.action == Action.NOT_SERVING
+    assert recovery.verified
+    assert f"runs the recorded generation {OLD} again" in recovery.message
+
+
+def test_a_failed_rollback_says_which_generation_the_host_runs() -> None:
+    host = _Host({"pgrep": (0, ""), "rollback-41": (1, "Could not acquire lock"),
+                  "readlink": (0, NEW), "true": (0, "")})  # fmt: skip
+    recovery = _rolled_back(host)
+    assert recovery.action == Action.FAILED
+    assert f"runs {NEW}, not the recorded {OLD}" in recovery.message
+    assert recovery.message.endswith("rollback-41")
+    left = recover(
+        cast(Machine, host), OLD_GENERATION, on_failure=OnFailure.LEAVE, command=None, settings=FAST
+    )
+    assert f"runs {NEW}, not the recorded {OLD}" in left.message

@@ -227,6 +227,13 @@ class SshMachine(Machine):
         with log.nested(f"connecting to {self.name} over ssh"):
             self._connect(time.monotonic() + self.start_timeout)
 
+    def reconnect(self) -> None:
+        """Open the session again after it dropped (at most ``start_timeout``): the host
+        keeps running what the old session started."""
+        with log.nested(f"reconnecting to {self.name} over ssh"):
+            self._disconnect()
+            self._connect(time.monotonic() + self.start_timeout)
+
     def _run(self, command: str, timeout: float) -> CommandResult:
         """Run ``command`` as root (directly or via sudo); rc, stdout and stderr separately."""
         if self._channel is None:

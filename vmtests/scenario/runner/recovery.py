@@ -4,17 +4,21 @@ debugging (``leave``), and say in either case the exact command that goes back.
 
 The command is the generation's own (``vmtests.scenario.generations``) unless
 ``--rollback-command`` gives another, as ``--switch-command`` gives the switch; ``{generation}``
-in it is replaced by the recorded generation (the toplevel store path on NixOS). A rollback is
-verified: the machine must run the recorded generation again and the server must answer.
+in it is replaced by the recorded generation (the toplevel store path on NixOS). A rollback waits
+for a switch still under way to end (an ssh session that dropped is opened again first), and is
+verified: the machine must run the recorded generation again (else ``rollback failed``) and
+the server must answer (else ``rolled back, not serving``: the host is back, its server is
+still starting or broken). Every outcome names the generation the machine runs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
 from vmtests.contracts.settings import Settings
-from vmtests.driver.errors import DriverError
+from vmtests.driver.errors import DriverError, MachineGone
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
 from vmtests.scenario.install.generations import Generation
@@ -32,8 +36,14 @@ class Action(StrEnum):
     """What was done."""
 
     ROLLED_BACK = "rolled back"
+    NOT_SERVING = "rolled back, not serving"
     LEFT = "left"
     FAILED = "rollback failed"
+
+
+SWITCH_RUNNING = "pgrep -f '[n]ixos-rebuild|[s]witch-to-configuration'"
+"""Shell that exits 0 while a switch still runs on the machine (the brackets keep the pattern
+from matching this shell's own command line)."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,39 @@ def rollback_command(generation: Generation, template: str | None = None) -> str
     return generation.rollback_command
 
 
+def _running(machine: Machine, generation: Generation) -> tuple[bool, str]:
+    """Whether ``machine`` runs ``generation`` now, and which one it runs in words (never
+    raises)."""
+    try:
+        now = machine.succeed(generation.current_command, timeout=60).strip()
+    except KeyboardInterrupt:
+        return False, "an unknown generation (a Ctrl-C stopped the question)"
+    except DriverError as error:
+        return False, f"an unknown generation ({machine.name} did not say: {str(error)[:200]})"
+    if now == generation.id:
+        return True, f"the recorded generation {generation.id}"
+    return False, f"{now}, not the recorded {generation.id}"
+
+
+def _answering(machine: Machine, settings: Settings) -> None:
+    """Make sure ``machine`` runs commands, and that no switch is still under way on it.
+
+    An ssh session that dropped during the switch (the switch restarted the network, or the
+    link failed) is opened again; the switch it ran may still be going on the host, and a
+    rollback racing it would be undone by it, so the rollback waits for it to end (at most
+    ``switch_timeout``).
+    """
+    try:
+        # After a Ctrl-C during the switch, the session's shell still runs it: this waits for it.
+        machine.succeed("true", timeout=settings.switch_timeout)
+    except MachineGone:
+        reconnect: Callable[[], None] | None = getattr(machine, "reconnect", None)
+        if reconnect is None:
+            raise
+        reconnect()
+    machine.wait_until_succeeds(f"! {SWITCH_RUNNING}", timeout=settings.switch_timeout)
+
+
 def recover(
     machine: Machine,
     generation: Generation,
@@ -68,36 +111,50 @@ def recover(
     command: str | None,
     settings: Settings,
 ) -> Recovery:
-    """Roll ``machine`` back to ``generation`` (``ROLLBACK``) or leave it (``LEAVE``)."""
+    """Roll ``machine`` back to ``generation`` (``ROLLBACK``) or leave it (``LEAVE``); either
+    way the result says which generation the machine runs and the command that goes back."""
     back = rollback_command(generation, command)
     if on_failure == OnFailure.LEAVE:
         return Recovery(
             Action.LEFT,
             back,
-            f"left as it is (--on-failure leave); to go back to {generation.description}, run "
-            f"as root on {machine.name}: {back}",
+            f"left as it is (--on-failure leave): {machine.name} runs "
+            f"{_running(machine, generation)[1]}; to go back to {generation.description}, run as "
+            f"root on {machine.name}: {back}",
         )
     try:
         with log.nested(f"rolling {machine.name} back to {generation.description}"):
+            _answering(machine, settings)
             machine.succeed(back, timeout=settings.switch_timeout)
-            now = machine.succeed(generation.current_command, timeout=60).strip()
-            wait_ready(machine, settings.serving_port, settings.ready_timeout)
     except (DriverError, KeyboardInterrupt) as error:
-        what = "interrupted" if isinstance(error, KeyboardInterrupt) else f"failed: {error}"
+        what = "was interrupted" if isinstance(error, KeyboardInterrupt) else f"failed: {error}"
         return Recovery(
             Action.FAILED,
             back,
-            f"the rollback to {generation.description} {what}; to go back, run as root on "
-            f"{machine.name}: {back}",
+            f"the rollback to {generation.description} {what}; {machine.name} runs "
+            f"{_running(machine, generation)[1]}; to go back, run as root on {machine.name}: "
+            f"{back}",
             verified=False,
         )
-    if now != generation.id:
+    back_on_it, now = _running(machine, generation)
+    if not back_on_it:
         return Recovery(
             Action.FAILED,
             back,
-            f"`{back}` ran, but {machine.name} runs {now}, not the recorded {generation.id}; "
-            "go back by hand",
+            f"`{back}` ran, but {machine.name} runs {now}; go back by hand",
             verified=False,
+        )
+    try:
+        wait_ready(machine, settings.serving_port, settings.ready_timeout)
+    except (DriverError, KeyboardInterrupt) as error:
+        what = "a Ctrl-C stopped the wait" if isinstance(error, KeyboardInterrupt) else str(error)
+        return Recovery(
+            Action.NOT_SERVING,
+            back,
+            f"rolled back: {machine.name} runs {now} again, but its server was not seen "
+            f"answering (ready_timeout {settings.ready_timeout:g} s: {what[:2000]}); the "
+            f"command was: {back}",
+            verified=True,
         )
     return Recovery(
         Action.ROLLED_BACK,

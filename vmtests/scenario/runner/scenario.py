@@ -275,7 +275,7 @@ class Scenario:
                 command=self.rollback_command,
                 settings=self.settings,
             )
-        if self.result.recovery.action == Action.ROLLED_BACK:
+        if self.result.recovery.action in {Action.ROLLED_BACK, Action.NOT_SERVING}:
             snap = self.snapshot(ROLLBACK_STAGE)
             checks = check_service(snap)
             if self.base_profile is not None:

@@ -263,7 +263,9 @@ def run_scenario_on(
     finally:
         paths = write_scenario_report(scenario.result, report_dir, machine)
         log.info(f"reports: {', '.join(str(path) for path in paths.values())}")
-    _print_outcome(scenario.result, report_dir)
+        # Also when the run broke or was interrupted: where the machine was left, and the
+        # command that goes back, belong on the screen, not only in the report.
+        _print_outcome(scenario.result, report_dir)
     return scenario.result
 
 

@@ -6,14 +6,19 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
-from vmtests.cli import _switcher, build_parser, main
+from vmtests.cli import _switcher, build_parser, main, run_scenario_on
 from vmtests.contracts.settings import Settings
 from vmtests.contracts.status import ExitStatus
+from vmtests.driver.machine import Machine
 from vmtests.profiles import load_profile
 from vmtests.scenario.install.switching import CommandSwitch
+from vmtests.scenario.runner.recovery import Action, Recovery
+from vmtests.scenario.runner.scenario import Scenario, ScenarioResult
 
 
 def test_missing_profile_is_a_clear_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -67,3 +72,24 @@ def test_console_script_is_installed() -> None:
     assert result.returncode == 0, result.stderr
     assert "--switch-command" in result.stdout
     assert "--report-dir" in result.stdout
+
+
+def test_an_interrupted_run_prints_where_the_machine_was_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A Ctrl-C after the switch: the recovery ran; the person at the terminal must see which
+    # generation the host runs and the command that goes back, not only the report.
+    def interrupted_run(self: Scenario) -> ScenarioResult:
+        self.result.recovery = Recovery(
+            Action.FAILED, "rollback-41", "the rollback was interrupted; run rollback-41"
+        )
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Scenario, "run", interrupted_run)
+    machine = cast(Machine, SimpleNamespace(name="cfx-llm2", observe=lambda record: lambda: None))
+    switch = CommandSwitch("nixos-rebuild switch --flake /etc/nixos#{profile}")
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario_on(machine, load_profile("cfx-llm2"), switch, tmp_path, target="ssh://h")
+    assert (
+        "rollback failed: the rollback was interrupted; run rollback-41" in capsys.readouterr().out
+    )

@@ -101,3 +101,15 @@ def test_a_start_and_its_wait_share_one_ready_timeout(monkeypatch: pytest.Monkey
     )
     hostops.start(SlowStart({"systemctl start": (0, "")}), Settings(ready_timeout=3600.0))
     assert budgets == [3500.0]
+
+
+def test_holders_are_not_judged_where_tt_smi_or_tt_kmd_cannot_name_them() -> None:
+    # tt-kmd 2.5/2.6 record a container's holder by its pid inside the container (often 1):
+    # on the host that pid is systemd, which must not refuse the run as "another holder".
+    old_kmd = {"host_info": {"Driver": "TT-KMD 2.6.0"}, "host_sw_vers": {"tt_smi": "6.2.1"},
+               "processes": [{"pid": 1, "cmdline": "python run_vllm_api_server.py"}]}  # fmt: skip
+    assert "since 2.7.0" in hostops.holders_not_inspectable(old_kmd)
+    old_smi = {"host_info": {"Driver": "TT-KMD 2.10.0"}, "host_sw_vers": {"tt_smi": "5.3.1"}}
+    assert "before 6.0.0" in hostops.holders_not_inspectable(old_smi)
+    current = {**old_kmd, "host_info": {"Driver": "TT-KMD 2.10.0"}}
+    assert hostops.holders_not_inspectable(current) == ""

@@ -58,7 +58,11 @@ def preflight(ctx: Context) -> GateResult:
         gate.error(f"tt-smi names no p150 board (boards: {boards or 'none'})")
     if smi and not identity["driver"]:
         gate.error("tt-smi reports no driver version")
-    holders = hostops.device_holders(machine, smi, ctx.settings.container) if smi else []
+    unknown = hostops.holders_not_inspectable(smi) if smi else ""
+    if unknown:
+        gate.numbers["device_holders_not_inspectable"] = unknown
+    judged = bool(smi) and not unknown
+    holders = hostops.device_holders(machine, smi, ctx.settings.container) if judged else []
     gate.numbers["other_device_holders"] = holders
     if holders:
         gate.error("processes other than the serving unit hold the device: " + "; ".join(holders))
@@ -72,10 +76,10 @@ def preflight(ctx: Context) -> GateResult:
     ctx.current = ctx.base.name if not failures else f"as found (not {ctx.base.name})"
     if gate.status != ERROR:
         gate.status = PASSED
+    held = f"holders not inspectable ({unknown})" if unknown else f"{len(holders)} other holder(s)"
     gate.summary = (
         f"MemAvailable {mem:.2f} GiB, {', '.join(boards) or 'no board'}, "
-        f"{identity['driver'] or 'no driver'}, {len(holders)} other holder(s), "
-        f"{len(failures)} persistence failure(s)"
+        f"{identity['driver'] or 'no driver'}, {held}, {len(failures)} persistence failure(s)"
     )
     return gate
 

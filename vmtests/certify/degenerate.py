@@ -16,9 +16,10 @@ Thresholds are module constants; every finding names the rule and the evidence.
 
 from __future__ import annotations
 
-import re
 import string
 from dataclasses import dataclass
+
+from vmtests.stub.textgen import tokenize
 
 MAX_CHAR_RUN = 12
 MAX_TOKEN_RUN = 6
@@ -29,7 +30,6 @@ ECHO_WORDS = 24
 _NORMAL = set(
     string.ascii_letters + string.digits + string.whitespace + ".,;:!?'\"()-[]{}/_*#`<>=+%&@$|"
 )
-_TOKENS = re.compile(r"\w+|[^\w\s]")
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def inspect(text: str, prompt: str = "") -> list[Finding]:
     char, run = _longest_char_run(text)
     if run > MAX_CHAR_RUN and not char.isspace():
         findings.append(Finding("char-run", f"{char!r} repeated {run} times in a row"))
-    tokens = _TOKENS.findall(text)
+    tokens = tokenize(text)
     token, token_run = _longest_token_run(tokens)
     if token_run > MAX_TOKEN_RUN:
         findings.append(

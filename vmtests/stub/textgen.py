@@ -27,7 +27,9 @@ VOCABULARY = (
 
 
 def tokenize(text: str) -> list[str]:
-    """Split text into word and punctuation tokens (whitespace is not a token)."""
+    """Split text into word and punctuation tokens (whitespace is not a token): the one
+    tokenization of the suite (the stub's model, the certification's degenerate-output detector
+    and prompt-size estimates)."""
     return _TOKEN.findall(text)
 
 

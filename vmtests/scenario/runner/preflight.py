@@ -28,7 +28,12 @@ from vmtests.contracts.serving import (
 from vmtests.contracts.settings import Settings
 from vmtests.driver.machine import Machine
 from vmtests.profiles import Profile
-from vmtests.scenario.collection.collect import API_KEY_READ, MARK, split_sections
+from vmtests.scenario.collection.collect import (
+    API_KEY_READ,
+    MARK,
+    parse_meminfo,
+    split_sections,
+)
 from vmtests.scenario.install.switching import CommandSwitch, Switcher
 from vmtests.scenario.judgement.checks import unauthorized_message
 from vmtests.scenario.judgement.results import CheckResult
@@ -42,10 +47,16 @@ VERSION_COMMANDS = {
     "systemd": "systemctl --version | head -n1",
     "nixos-rebuild": "command -v nixos-rebuild && nixos-version",
 }
+PREFLIGHT_TIMEOUT = 240.0
+"""The preflight's one round trip: each version command is bounded at 30 s, the rest at 10 s."""
 
 _SCRIPT = r"""
 tools=$1; keyfile=$2; port=$3
 sec() { printf '\n%s%s\n' "$MARK" "$1"; }
+version() {  # version TOOL COMMAND: what COMMAND prints (within 30 s), "-" when it fails
+  sec "version $1"; out=$(timeout 30 sh -c "$2" 2>&1) || out=-; printf '%s\n' "${out:--}"
+}
+@VERSIONS@
 sec tools
 for tool in $tools; do printf '%s %s\n' "$tool" "$(command -v "$tool" || echo -)"; done
 sec meminfo; grep -E '^(MemAvailable|Hugepagesize):' /proc/meminfo
@@ -102,20 +113,17 @@ def required_tools(settings: Settings, switcher: Switcher) -> list[str]:
     return list(dict.fromkeys(tools))
 
 
-def versions(machine: Machine) -> dict[str, str]:
-    """What ``--version`` says for tt-smi, docker, systemd and nixos-rebuild (``-`` when absent)."""
-    found = {}
-    for tool, command in VERSION_COMMANDS.items():
-        result = machine.execute(f"timeout 30 sh -c {shlex.quote(command)} 2>&1", timeout=60)
-        text = " ".join(result.stdout_text.split())
-        found[tool] = text if result.rc == 0 and text else "-"
-    return found
+def _versions(sections: dict[str, str]) -> dict[str, str]:
+    """What ``--version`` said for tt-smi, docker, systemd and nixos-rebuild (``-`` when absent),
+    one line each."""
+    return {
+        tool: " ".join(sections.get(f"version {tool}", "").split()) or "-"
+        for tool in VERSION_COMMANDS
+    }
 
 
 def _memory_items(sections: dict[str, str], profile: Profile) -> list[CheckResult]:
-    meminfo = dict(
-        line.split(":", 1) for line in sections.get("meminfo", "").splitlines() if ":" in line
-    )
+    meminfo = parse_meminfo(sections.get("meminfo", ""))
     available_kib = int(meminfo.get("MemAvailable", "0 kB").split()[0])
     floor_kib = int(MIN_MEM_AVAILABLE_GIB * GIB_KIB)
     pools = parse_pools(sections.get("pools", ""))
@@ -197,15 +205,22 @@ def run_preflight(
     machine: Machine, profile: Profile, switcher: Switcher, settings: Settings
 ) -> Preflight:
     """Ask everything, changing nothing; the caller refuses on ``refusal``."""
-    preflight = Preflight(versions=versions(machine))
     tools = required_tools(settings, switcher)
-    script = _SCRIPT.replace("@API_KEY_READ@", API_KEY_READ).replace("@POOL_SIZES@", POOL_SIZES)
+    versions = "\n".join(
+        f"version {tool} {shlex.quote(command)}" for tool, command in VERSION_COMMANDS.items()
+    )
+    script = (
+        _SCRIPT.replace("@VERSIONS@", versions)
+        .replace("@API_KEY_READ@", API_KEY_READ)
+        .replace("@POOL_SIZES@", POOL_SIZES)
+    )
     values = (" ".join(tools), settings.api_key_file or "", settings.serving_port)
     command = (
         f"MARK={shlex.quote(MARK)} GUARDED={API_KEY_GUARDED_PREFIX} sh -c {shlex.quote(script)} "
         "vmtests-preflight " + " ".join(shlex.quote(str(value)) for value in values)
     )
-    sections = split_sections(machine.execute(command, timeout=120).stdout_text)
+    sections = split_sections(machine.execute(command, timeout=PREFLIGHT_TIMEOUT).stdout_text)
+    preflight = Preflight(versions=_versions(sections))
     paths = dict(
         line.split(" ", 1) for line in sections.get("tools", "").splitlines() if " " in line
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from certify_support import running_stub
 
 from vmtests.certify import determinism, gates, recording, report, run
 from vmtests.certify.arms import Configuration, SwitchRecord
@@ -40,20 +41,13 @@ ARGS = ["--model", "/models/qwen36", "--served-model-name", "qwen36"]
 KEY = server_key("test", "qwen36", "/models/qwen36")
 CORE = CoreOutput([], {}, "banner", "sha256:test", None, 60, [], [])
 BASE = Configuration(load_profile("cfx-llm2"), CORE)
-
-
-def _stub(**env: str) -> LocalStubServer:
-    environment = {knobs.DEVICES: "/dev/null", knobs.TIME_SCALE: "0.002", **env}
-    return LocalStubServer(ARGS, environment).start().wait_ready(30.0)
+TIME_SCALE = "0.002"
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[LocalStubServer]:
-    stub = _stub()
-    try:
+    with running_stub(ARGS, TIME_SCALE) as stub:
         yield stub
-    finally:
-        stub.kill()
 
 
 def _context(url: str, mode: str, golden: GoldenStore | None = None) -> Context:
@@ -98,17 +92,17 @@ def test_record_then_judge_under_each_condition(server: LocalStubServer, tmp_pat
 
 
 def test_wrong_and_degenerate_outputs_are_counted_per_detector(tmp_path: Path) -> None:
-    with _stub() as plain:
+    with running_stub(ARGS, TIME_SCALE) as plain:
         recorder = _context(plain.url, RECORD)
         gates.correctness(recorder, "smoke", SMOKE)
         store = GoldenStore("cfx-llm2", KEY, tmp_path)
         assert recording.write_golden(recorder, store).status == PASSED
-    with _stub(**{knobs.OUTPUT_SALT: "drift"}) as salted:
+    with running_stub(ARGS, TIME_SCALE, **{knobs.OUTPUT_SALT: "drift"}) as salted:
         judged = _context(salted.url, "certify", store)
         assert gates.correctness(judged, "smoke", SMOKE).status == "failed"
     golden = judged.result.detectors[GOLDEN_DETECTOR]
     assert (golden.judged, golden.flagged, golden.reasons) == (5, 5, {"b1-cold": 5})
-    with _stub(**{knobs.DEGENERATE: "1"}) as broken:
+    with running_stub(ARGS, TIME_SCALE, **{knobs.DEGENERATE: "1"}) as broken:
         degenerate = _context(broken.url, RECORD)
         gate = gates.correctness(degenerate, "smoke", SMOKE)
         assert gate.status == "failed"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from certify_support import running_stub
 
 from vmtests.certify import degenerate
 from vmtests.certify.loadgen import (
@@ -20,20 +21,13 @@ from vmtests.guest.local_stub import LocalStubServer
 from vmtests.stub import knobs, textgen
 
 ARGS = ["--model", "/models/qwen36", "--served-model-name", "qwen36", "--max-num-seqs", "8"]
-
-
-def _server(**env: str) -> LocalStubServer:
-    environment = {knobs.DEVICES: "/dev/null", knobs.TIME_SCALE: "0.02", **env}
-    return LocalStubServer(ARGS, environment).start().wait_ready(30.0)
+TIME_SCALE = "0.02"
 
 
 @pytest.fixture
 def server() -> Iterator[LocalStubServer]:
-    stub = _server()
-    try:
+    with running_stub(ARGS, TIME_SCALE) as stub:
         yield stub
-    finally:
-        stub.kill()
 
 
 def test_records_ttft_decode_step_and_sha(server: LocalStubServer) -> None:
@@ -60,31 +54,22 @@ def test_records_ttft_decode_step_and_sha(server: LocalStubServer) -> None:
 def test_ttft_skips_the_role_only_chunk() -> None:
     # With a long modelled prefill, the role chunk would arrive at once if it counted; the
     # first content chunk comes only after prefill (20 ms fixed + 4 ms/token, x scale 1.0).
-    stub = _server(**{knobs.TIME_SCALE: "1.0"})
-    try:
+    with running_stub(ARGS, "1.0") as stub:
         record = LoadGenerator(stub.url).send(RequestSpec("p", "word " * 50, 2), "t", "A", 0)
-    finally:
-        stub.kill()
     assert record.ok, record
     assert record.ttft is not None
     assert record.ttft >= 0.2  # 20 + 4 x ~60 tokens = 0.26 s of modelled prefill
 
 
 def test_errors_and_degenerate_output_are_recorded() -> None:
-    stub = _server(**{knobs.FAIL_RATE: "1.0"})
-    try:
+    with running_stub(ARGS, TIME_SCALE, **{knobs.FAIL_RATE: "1.0"}) as stub:
         record = LoadGenerator(stub.url).send(RequestSpec("p", "hello", 4), "t", "A", 0)
-    finally:
-        stub.kill()
     assert record.status == 500
     assert "HTTP 500" in record.error
     assert record.error_kind == "http-500"
     assert not record.ok
-    stub = _server(**{knobs.DEGENERATE: "1"})
-    try:
+    with running_stub(ARGS, TIME_SCALE, **{knobs.DEGENERATE: "1"}) as stub:
         record = LoadGenerator(stub.url).send(RequestSpec("p", "hello", 24), "t", "A", 0)
-    finally:
-        stub.kill()
     assert record.text.startswith("HT#3333")
     assert degenerate.inspect(record.text)
 
@@ -99,11 +84,8 @@ def test_unreachable_endpoint_is_a_failed_record() -> None:
 
 
 def test_a_request_that_never_answers_is_a_timeout() -> None:
-    stub = _server(**{knobs.HANG: "request"})
-    try:
+    with running_stub(ARGS, TIME_SCALE, **{knobs.HANG: "request"}) as stub:
         record = LoadGenerator(stub.url, timeout=2).send(RequestSpec("p", "x", 2), "t", "A", 0)
-    finally:
-        stub.kill()
     assert not record.ok
     assert record.error_kind == TIMEOUT, record.error
 

@@ -15,12 +15,12 @@ import tempfile
 from pathlib import Path
 
 from vmtests.certify.arms import reference_switch
-from vmtests.certify.context import MIN_MEM_GIB, MIN_REQUESTS, Options
+from vmtests.certify.context import MIN_REQUESTS, Options
 from vmtests.certify.model import CERTIFY, PROBE, RECORD
 from vmtests.certify.plan import ALL_GATES, build_plan, render_plan
 from vmtests.certify.run import certify
 from vmtests.contracts.instrumentation import GUEST_MEMORY_MB
-from vmtests.contracts.serving import SERVING_CONTAINER, SERVING_PORT
+from vmtests.contracts.serving import MIN_MEM_AVAILABLE_GIB, SERVING_CONTAINER, SERVING_PORT
 from vmtests.contracts.settings import NO_CONTAINER, SettingError, Settings
 from vmtests.contracts.status import ExitStatus, UsageError
 from vmtests.driver.errors import DriverError
@@ -44,7 +44,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--requests", type=int, default=MIN_REQUESTS, help="concurrency gate n")
     parser.add_argument("--ab-blocks", type=int, default=3, help="ABBA blocks of the A/B")
-    parser.add_argument("--min-mem-gib", type=float, default=MIN_MEM_GIB, help="never below 4")
+    parser.add_argument(
+        "--min-mem-gib", type=float, default=MIN_MEM_AVAILABLE_GIB, help="never below 4"
+    )
     modes = parser.add_mutually_exclusive_group()
     modes.add_argument(
         "--record-golden",

@@ -33,7 +33,6 @@ from vmtests.contracts.settings import Settings
 from vmtests.driver.machine import Machine
 from vmtests.scenario.install.switching import Switcher
 
-MIN_MEM_GIB = MIN_MEM_AVAILABLE_GIB
 MIN_REQUESTS = 256
 WAVE_WIDTH = 32
 
@@ -46,7 +45,7 @@ class Options:
     wave_width: int = WAVE_WIDTH
     ab_blocks: int = 3
     ab_concurrency: int = 8
-    min_mem_gib: float = MIN_MEM_GIB
+    min_mem_gib: float = MIN_MEM_AVAILABLE_GIB
     min_disk_gib: float = MIN_DISK_GIB
     correctness_tokens: int = 48
     concurrency_tokens: int = 32
@@ -59,7 +58,7 @@ class Options:
 
     def __post_init__(self) -> None:
         # The advisory's trap: never certify a boot with less than ~4 GB available.
-        self.min_mem_gib = max(MIN_MEM_GIB, self.min_mem_gib)
+        self.min_mem_gib = max(MIN_MEM_AVAILABLE_GIB, self.min_mem_gib)
 
 
 def spec(prompt: Prompt, max_tokens: int, seed: int = 0) -> RequestSpec:

@@ -160,18 +160,17 @@ def parse_snapshot(text: str) -> TtSmiSnapshot:
                 limits=dict(entry.get("limits") or {}),
             )
         )
-    processes: list[Process] | None = None if "processes" not in top else []
+    processes: list[Process] = []
     for index, raw in enumerate(top.get("processes") or []):
         entry = _mapping(raw, f"processes[{index}]")
         if not isinstance(entry.get("pid"), int) or not isinstance(entry.get("device"), int):
             raise TtSmiError(f"processes[{index}] needs integer pid and device: {entry}")
-        process = Process(
-            entry["pid"],
-            str(entry.get("user", "?")),
-            entry["device"],
-            str(entry.get("cmdline", "")),
-        )
-        processes = [*(processes or []), process]
+        processes.append(
+            Process(
+                entry["pid"], str(entry.get("user", "?")), entry["device"],
+                str(entry.get("cmdline", "")),
+            )
+        )  # fmt: skip
     host = _mapping(top["host_info"], "host_info")
     versions = _mapping(top["host_sw_vers"], "host_sw_vers")
     return TtSmiSnapshot(
@@ -179,5 +178,5 @@ def parse_snapshot(text: str) -> TtSmiSnapshot:
         driver=str(host.get("Driver", "")),
         tt_smi_version=str(versions.get("tt_smi", "")),
         boards=boards,
-        processes=processes,
+        processes=processes if "processes" in top else None,
     )

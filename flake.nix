@@ -36,6 +36,10 @@
         })
       ];
 
+      # `dependencies` must name every [project].dependencies entry of pyproject.toml: nixpkgs'
+      # pythonRuntimeDepsCheckHook fails the build on any the wheel's metadata requires that is
+      # not installed (pkgs/development/interpreters/python/mk-python-derivation.nix,
+      # hooks/python-runtime-deps-check-hook.py); tests/eval/test_eval_nixos.py compares them.
       vmtests = pkgs.python3Packages.buildPythonApplication {
         pname = "vmtests";
         version = "0.1.0";
@@ -48,6 +52,7 @@
           pyyaml
           requests
           qemu-qmp
+          prometheus-client
         ];
         makeWrapperArgs = [
           "--prefix PATH : ${
@@ -249,17 +254,17 @@
 
       devShells.${system}.default = pkgs.mkShell {
         packages = [
+          # The package's own dependencies (mk-python-derivation.nix keeps them in passthru),
+          # and the dev tools the suite's pyproject.toml addopts and lint need (`-n`: xdist).
           (pkgs.python3.withPackages (
-            ps: with ps; [
-              pytest
-              pexpect
-              pyyaml
-              requests
-              qemu-qmp
+            ps:
+            vmtests.dependencies
+            ++ (with ps; [
+              pytest-xdist
               mypy
               types-pyyaml
               types-requests
-            ]
+            ])
           ))
           pkgs.ruff
           pkgs.nix

@@ -323,6 +323,16 @@ in
       buildCommand = probe.buildCommand;
     };
   packages = lib.mapAttrs (_: drvPath) flake.packages.${system};
+  # The pnames of the Python packages the vmtests package depends on (passthru.dependencies,
+  # pkgs/development/interpreters/python/mk-python-derivation.nix) and of every Python package in
+  # the devShell's environments (python.withPackages: a buildEnv whose passthru.paths are
+  # requiredPythonModules of its packages, pkgs/development/interpreters/python/wrapper.nix).
+  pythonDependencies = {
+    package = map (drv: drv.pname) flake.packages.${system}.default.dependencies;
+    devShell = lib.concatMap (env: map (drv: drv.pname or drv.name) env.paths) (
+      lib.filter (drv: drv ? paths) flake.devShells.${system}.default.nativeBuildInputs
+    );
+  };
   devShells = lib.mapAttrs (_: drvPath) flake.devShells.${system};
   formatter = drvPath flake.formatter.${system};
 }

@@ -86,6 +86,21 @@ def switch_commands(script: str) -> dict[str, list[str]]:
     return found
 
 
+def python_name(requirement: str) -> str:
+    """The PEP 503 normalised name of a PEP 508 requirement (``qemu.qmp>=0.0.3`` -> ``qemu-qmp``),
+    as nixpkgs' python-runtime-deps-check-hook.py normalises it, and as nixpkgs spells pnames."""
+    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    if match is None:
+        raise ValueError(f"not a requirement: {requirement!r}")
+    return re.sub(r"[-_.]+", "-", match.group(1)).lower()
+
+
+def missing_python_packages(requirements: Sequence[str], pnames: Sequence[str]) -> list[str]:
+    """The requirements (normalised names) that no package of ``pnames`` provides."""
+    provided = {python_name(pname) for pname in pnames}
+    return sorted({python_name(r) for r in requirements} - provided)
+
+
 def firewall_problems(described: Mapping[str, object]) -> list[str]:
     """Why clients outside the machine (the VM tests' forwarded port among them) could not reach
     the serving port through the NixOS firewall (nixos/modules/services/networking/firewall.nix:

@@ -5,6 +5,7 @@ hand-written expectations. One evaluation per session (the ``nixos`` fixture).""
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from nixos_support import (
     forced_removals,
     graceful_before_removal,
     hugepages_fit,
+    missing_python_packages,
     missing_tools,
     nixpkgs_input_problems,
     switch_commands,
@@ -76,6 +78,24 @@ def test_every_check_app_and_package_instantiates(nixos: dict[str, Any]) -> None
         assert all(path.endswith(".drv") for path in derivations), (name, derivations)
     assert all(path.endswith(".drv") for path in nixos["packages"].values())
     assert nixos["devShells"]["default"].endswith(".drv")
+
+
+def test_the_package_and_the_dev_shell_have_every_python_dependency(
+    nixos: dict[str, Any],
+) -> None:
+    """nixpkgs' pythonRuntimeDepsCheckHook fails the package's build on any [project].dependencies
+    entry that is not installed; the dev shell runs the suite, whose addopts pass ``-n``."""
+    pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    required = pyproject["project"]["dependencies"]
+    package = nixos["pythonDependencies"]["package"]
+    assert missing_python_packages(required, package) == []
+    # Negative control: the dependency the flake once left out is caught.
+    without = [name for name in package if name != "prometheus-client"]
+    assert missing_python_packages(required, without) == ["prometheus-client"]
+    dev = list(required)
+    if "-n" in pyproject["tool"]["pytest"]["ini_options"]["addopts"].split():
+        dev.append("pytest-xdist")
+    assert missing_python_packages(dev, nixos["pythonDependencies"]["devShell"]) == []
 
 
 def test_a_failed_persistence_run_keeps_its_reports_and_fails_its_check(

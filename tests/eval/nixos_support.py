@@ -75,15 +75,20 @@ def container_environment(docker_run: Sequence[str], image: str) -> dict[str, st
     return environment
 
 
-def switch_commands(script: str) -> dict[str, list[str]]:
-    """The argv of each switch (``rebuild``, ``prebuilt``) of a persistence script's ``case``."""
-    found: dict[str, list[str]] = {}
+def switch_command_lines(script: str) -> dict[str, str]:
+    """The shell command of each switch (``rebuild``, ``prebuilt``) of a persistence script's
+    ``case``."""
+    found: dict[str, str] = {}
     for line in script.splitlines():
         match = re.match(r"\s*(\w+)\) switch=(.*) ;;$", line)
         if match:
-            (command,) = shlex.split(match.group(2))
-            found[match.group(1)] = shlex.split(command)
+            (found[match.group(1)],) = shlex.split(match.group(2))
     return found
+
+
+def switch_commands(script: str) -> dict[str, list[str]]:
+    """The words of each switch (``rebuild``, ``prebuilt``) of a persistence script's ``case``."""
+    return {name: shlex.split(line) for name, line in switch_command_lines(script).items()}
 
 
 def python_name(requirement: str) -> str:

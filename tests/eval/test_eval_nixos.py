@@ -25,6 +25,7 @@ from nixos_support import (
     missing_python_packages,
     missing_tools,
     nixpkgs_input_problems,
+    switch_command_lines,
     switch_commands,
 )
 from rendered_unit import RenderedUnit, rendered_unit
@@ -47,6 +48,7 @@ from vmtests.nixos_eval import (
     is_trimmed,
 )
 from vmtests.profiles import load_profile
+from vmtests.scenario.install.generations import command_action
 
 pytestmark = pytest.mark.nix
 
@@ -394,6 +396,22 @@ def test_the_switch_runs_nixos_rebuild_offline_with_everything_in_the_image(
         toplevel = nixos["configurations"][f"vm-test-{profile}"]["toplevelOut"]
         assert f"{toplevel}/bin/switch-to-configuration" in commands["prebuilt"]
         assert "${VMTESTS_SWITCH:-rebuild}" in script
+
+
+def test_the_preflight_dry_runs_the_activation_of_each_switch(nixos: dict[str, Any]) -> None:
+    """The preflight's dry run of the flake's own switches: dry-build and dry-activate of the
+    rebuild, the activation alone (not the profile's ``nix-env --set``) of the prebuilt."""
+    for profile in VM_TARGETS.values():
+        lines = switch_command_lines(nixos["persistenceScripts"][f"persistence-{profile}"])
+        toplevel = nixos["configurations"][f"vm-test-{profile}"]["toplevelOut"]
+        dry = command_action(lines["prebuilt"], "switch-to-configuration", "dry-activate")
+        assert dry is not None, lines["prebuilt"]
+        assert dry.endswith(f"{toplevel}/bin/switch-to-configuration dry-activate"), dry
+        assert "nix-env" not in dry, dry
+        assert "&&" not in dry, dry
+        rebuild = command_action(lines["rebuild"], "nixos-rebuild", "dry-build")
+        assert rebuild is not None, lines["rebuild"]
+        assert " dry-build --no-reexec --flake " in rebuild, rebuild
 
 
 def test_a_switch_that_would_build_fails_at_once_and_the_report_names_the_system(

@@ -50,6 +50,27 @@ def test_the_switch_action_is_swapped_for_the_dry_ones() -> None:
         "/nix/store/abc-nixos-system-x/bin/switch-to-configuration dry-activate"
     )
     assert command_action("nixos-rebuild boot", "nixos-rebuild", "dry-build") is None
+    redirected = "nixos-rebuild switch --flake '.#a' 2>&1"
+    assert command_action(redirected, "nixos-rebuild", "dry-build") == (
+        "nixos-rebuild dry-build --flake '.#a' 2>&1"
+    )
+
+
+def test_only_the_simple_command_that_switches_is_dry_run() -> None:
+    """A compound switch (set the profile, then activate): the dry action is the activation
+    alone, never the ``nix-env --set`` before it, nor ``&&`` passed on as a word."""
+    toplevel = "/nix/store/abc-nixos-system-x"
+    compound = (
+        f"nix-env -p /nix/var/nix/profiles/system --set {toplevel} && "
+        f"{toplevel}/bin/switch-to-configuration switch"
+    )
+    assert command_action(compound, "switch-to-configuration", "dry-activate") == (
+        f"{toplevel}/bin/switch-to-configuration dry-activate"
+    )
+    assert command_action(f"true; {compound} || exit 1", "nix-env", "dry-activate") is None
+    assert command_action("a | nixos-rebuild switch; b", "nixos-rebuild", "dry-build") == (
+        "nixos-rebuild dry-build"
+    )
     assert command_action("my-deploy cfx-llm2", "nixos-rebuild", "dry-build") is None
 
 

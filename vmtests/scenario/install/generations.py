@@ -53,6 +53,10 @@ UNIT_SET_DIGEST = (
     " | sha256sum | cut -c1-16"
 )
 """Shell printing the digest of the reference guest's unit set (names, links, contents)."""
+_OPERATOR_CHARS = frozenset("();<>|&")
+"""What shlex's ``punctuation_chars`` makes operator tokens of."""
+_SEPARATOR_CHARS = frozenset("();|&")
+"""Operator tokens made of these only end a simple command (the others are redirections)."""
 
 
 @dataclass(frozen=True)
@@ -146,17 +150,48 @@ def record_unit_set(machine: Machine) -> Generation:
     return Generation(digest, description, rollback, UNIT_SET_DIGEST)
 
 
-def command_action(command: str, tool: str, action: str) -> str | None:
-    """``command`` with the ``switch`` action of ``tool`` replaced by ``action``; None when
-    ``command`` does not run ``tool`` with ``switch``."""
-    words = shlex.split(command)
+def simple_commands(command: str) -> list[list[str]]:
+    """The words of each simple command in the shell ``command`` (split at ``&&``, ``||``,
+    ``;``, ``|``, ``&`` and parentheses; redirections stay words of their command)."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    lexer.commenters = ""  # as shlex.split: `#` inside a flake reference is no comment
+    commands: list[list[str]] = [[]]
+    for token in lexer:
+        if token and set(token) <= _SEPARATOR_CHARS:
+            commands.append([])
+        else:
+            commands[-1].append(token)
+    return [words for words in commands if words]
+
+
+def _join(words: list[str]) -> str:
+    """Shell words back into a command. shlex splits ``2>&1`` into ``2``, ``>&``, ``1``: a
+    redirection operator is written unquoted, joined to the word after it and to a file
+    descriptor number before it (so a lone ``2 > f`` would come back as ``2>f``)."""
+    text = ""
     for index, word in enumerate(words):
-        if word.rsplit("/", 1)[-1] == tool:
-            for position in range(index + 1, len(words)):
-                if words[position] == "switch":
-                    changed = [*words[:position], action, *words[position + 1 :]]
-                    return shlex.join(changed)
-            return None
+        if set(word) <= _OPERATOR_CHARS:
+            glue = "" if index > 0 and words[index - 1].isdigit() else " "
+            text += f"{glue}{word}"
+        else:
+            after_operator = index > 0 and set(words[index - 1]) <= _OPERATOR_CHARS
+            text += f"{'' if after_operator else ' '}{shlex.quote(word)}"
+    return text.strip()
+
+
+def command_action(command: str, tool: str, action: str) -> str | None:
+    """The simple command of ``command`` that runs ``tool`` with ``switch``, with ``switch``
+    replaced by ``action`` (what comes before it, such as the ``nix-env --set`` of a compound
+    switch, is left out: the dry action must not change the profile); None when ``command``
+    does not run ``tool`` with ``switch``."""
+    for words in simple_commands(command):
+        for index, word in enumerate(words):
+            if word.rsplit("/", 1)[-1] == tool:
+                if "switch" not in words[index + 1 :]:
+                    return None
+                position = words.index("switch", index + 1)
+                return _join([*words[:position], action, *words[position + 1 :]])
     return None
 
 

@@ -72,7 +72,7 @@
       #   (nixos/tests/installer.nix, switchToFlake); the target's toplevel is already in the
       #   image, so nothing is built in the VM;
       # - prebuilt (faster): the second half of it only, `nix-env --set` and
-      #   `switch-to-configuration switch` of the pre-built toplevel.
+      #   `switch-to-configuration switch` of the pre-built toplevel (under systemd-run, below).
       switchCommands = profile: target: {
         # The backdoor's PATH is the tool manifest only (nixos/lib/systemd-lib.nix): call the
         # system's own nixos-rebuild by its path. --no-reexec: the re-exec would evaluate and
@@ -105,7 +105,31 @@
           "substituters"
           ""
         ];
-        prebuilt = "nix-env -p /nix/var/nix/profiles/system --set ${toplevel target} && ${toplevel target}/bin/switch-to-configuration switch";
+        # The activation runs as a transient unit of its own, as nixos-rebuild-ng runs it
+        # (pkgs/by-name/ni/nixos-rebuild-ng/src/nixos_rebuild/nix.py,
+        # SWITCH_TO_CONFIGURATION_CMD_PREFIX), so a dropped connection or the driver's timeout
+        # cannot kill it halfway; the same prefix as the rollback's
+        # (vmtests/scenario/install/generations.py, ACTIVATION_PREFIX).
+        prebuilt = lib.concatStringsSep " " [
+          "nix-env -p /nix/var/nix/profiles/system --set ${toplevel target} &&"
+          (lib.escapeShellArgs [
+            "systemd-run"
+            "-E"
+            "LOCALE_ARCHIVE"
+            "-E"
+            "NIXOS_INSTALL_BOOTLOADER=0"
+            "-E"
+            "NIXOS_NO_CHECK"
+            "--collect"
+            "--no-ask-password"
+            "--pipe"
+            "--quiet"
+            "--service-type=exec"
+            "--unit=vmtests-switch-to-configuration"
+            "${toplevel target}/bin/switch-to-configuration"
+            "switch"
+          ])
+        ];
       };
 
       # The main job for one serving profile: boot the base VM, switch it to the profile's target,

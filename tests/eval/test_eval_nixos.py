@@ -5,6 +5,7 @@ hand-written expectations. One evaluation per session (the ``nixos`` fixture).""
 from __future__ import annotations
 
 import re
+import shlex
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,11 @@ from vmtests.nixos_eval import (
     is_trimmed,
 )
 from vmtests.profiles import load_profile
-from vmtests.scenario.install.generations import command_action
+from vmtests.scenario.install.generations import (
+    ACTIVATION_PREFIX,
+    command_action,
+    simple_commands,
+)
 
 pytestmark = pytest.mark.nix
 
@@ -394,7 +399,13 @@ def test_the_switch_runs_nixos_rebuild_offline_with_everything_in_the_image(
         assert "--offline" in rebuild
         assert rebuild[rebuild.index("substituters") + 1] == ""
         toplevel = nixos["configurations"][f"vm-test-{profile}"]["toplevelOut"]
-        assert f"{toplevel}/bin/switch-to-configuration" in commands["prebuilt"]
+        # The profile is set, then the toplevel activated under systemd-run as the rollback
+        # activates (generations.ACTIVATION_PREFIX).
+        prebuilt = simple_commands(switch_command_lines(script)["prebuilt"])
+        assert prebuilt == [
+            ["nix-env", "-p", "/nix/var/nix/profiles/system", "--set", toplevel],
+            [*shlex.split(ACTIVATION_PREFIX), f"{toplevel}/bin/switch-to-configuration", "switch"],
+        ], prebuilt
         assert "${VMTESTS_SWITCH:-rebuild}" in script
 
 

@@ -127,8 +127,13 @@ def test_the_nixos_generation_and_its_exact_way_back() -> None:
     generation = current_generation(machine)
     assert generation.id == store
     # The pools go back too: the target's oneshot reserved its pages at runtime.
+    # The activation runs in a unit of its own, as nixos-rebuild-ng runs it (nix.py,
+    # SWITCH_TO_CONFIGURATION_CMD_PREFIX): a dropped ssh connection cannot end it halfway.
     assert generation.rollback_command == (
         "nix-env -p /nix/var/nix/profiles/system --switch-generation 41 && "
+        "systemd-run -E LOCALE_ARCHIVE -E NIXOS_INSTALL_BOOTLOADER=0 -E NIXOS_NO_CHECK --collect "
+        "--no-ask-password --pipe --quiet --service-type=exec "
+        "--unit=vmtests-switch-to-configuration "
         "/nix/var/nix/profiles/system/bin/switch-to-configuration switch && "
         f"{{ echo 0 > {pool}; }}"
     )

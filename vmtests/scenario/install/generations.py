@@ -4,7 +4,8 @@ what a switch would do, asked before anything changes.
 On NixOS a generation is the running toplevel (``/run/current-system``) and the system
 profile's generation (``/nix/var/nix/profiles/system`` -> ``system-<N>-link``). Going back to
 a recorded one exactly is ``nix-env -p /nix/var/nix/profiles/system --switch-generation N``
-and then that profile's ``bin/switch-to-configuration switch``: ``nixos-rebuild switch
+and then that profile's ``bin/switch-to-configuration switch``, run by ``systemd-run`` as
+nixos-rebuild runs it (``ACTIVATION_PREFIX``): ``nixos-rebuild switch
 --rollback`` would go to the generation before the current one, whichever that is (nixpkgs
 ``pkgs/by-name/ni/nixos-rebuild-ng/src/nixos_rebuild/services.py``, ``_rollback_system``,
 and ``nix.py``, ``rollback``).
@@ -53,6 +54,17 @@ UNIT_SET_DIGEST = (
     " | sha256sum | cut -c1-16"
 )
 """Shell printing the digest of the reference guest's unit set (names, links, contents)."""
+SWITCH_UNIT = "vmtests-switch-to-configuration"
+ACTIVATION_PREFIX = (
+    "systemd-run -E LOCALE_ARCHIVE -E NIXOS_INSTALL_BOOTLOADER=0 -E NIXOS_NO_CHECK --collect "
+    f"--no-ask-password --pipe --quiet --service-type=exec --unit={SWITCH_UNIT}"
+)
+"""What runs ``switch-to-configuration`` as a transient unit of its own, as nixos-rebuild-ng
+does (nixpkgs ``pkgs/by-name/ni/nixos-rebuild-ng/src/nixos_rebuild/nix.py``,
+``SWITCH_TO_CONFIGURATION_CMD_PREFIX`` and ``switch_to_configuration``, which sets
+``NIXOS_INSTALL_BOOTLOADER=0`` for ``-E`` to pass on), so that a dropped ssh connection or
+our timeout cannot kill the activation halfway. flake.nix's prebuilt switch uses the same
+(tests/eval/test_eval_nixos.py)."""
 _OPERATOR_CHARS = frozenset("();<>|&")
 """What shlex's ``punctuation_chars`` makes operator tokens of."""
 _SEPARATOR_CHARS = frozenset("();|&")
@@ -113,12 +125,12 @@ def current_generation(machine: Machine) -> Generation:
     pools, sizes = _pools_back(machine)
     number = re.fullmatch(r"system-(\d+)-link", link)
     if number is None:
-        command = f"{store_path}/bin/switch-to-configuration switch"
+        command = f"{ACTIVATION_PREFIX} {store_path}/bin/switch-to-configuration switch"
         where = f"{store_path} (the profile points at {link}, not a generation link)"
     else:
         command = (
             f"nix-env -p {SYSTEM_PROFILE} --switch-generation {number[1]} && "
-            f"{SYSTEM_PROFILE}/bin/switch-to-configuration switch"
+            f"{ACTIVATION_PREFIX} {SYSTEM_PROFILE}/bin/switch-to-configuration switch"
         )
         where = f"{store_path} (generation {number[1]} of {SYSTEM_PROFILE})"
     return Generation(

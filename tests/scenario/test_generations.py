@@ -3,6 +3,9 @@ machine needed); the reference guest's unit-set rollback runs in test_first_run_
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
 from typing import cast
 
 import pytest
@@ -119,10 +122,16 @@ def test_a_nixos_dry_run_refuses_what_does_not_evaluate_and_sees_no_restart() ->
     assert (unknown.evaluates, unknown.restarts) == (None, None)
 
 
+STORE = "/nix/store/0123abcd-nixos-system-cfx-llm2-26.11"
+POOL = "/sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages"
+
+
 def test_the_nixos_generation_and_its_exact_way_back() -> None:
-    store = "/nix/store/0123abcd-nixos-system-cfx-llm2-26.11"
-    pool = "/sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages"
-    answers = {"readlink": (0, f"{store}\nsystem-41-link\n"), "nr_hugepages": (0, "1048576kB 0\n")}
+    store, pool = STORE, POOL
+    answers = {
+        "readlink": (0, f"{store}\nsystem-41-link\n{store}\n"),
+        "nr_hugepages": (0, "1048576kB 0\n"),
+    }
     machine = cast(Machine, _Answers(answers))
     generation = current_generation(machine)
     assert generation.id == store
@@ -134,8 +143,8 @@ def test_the_nixos_generation_and_its_exact_way_back() -> None:
         "systemd-run -E LOCALE_ARCHIVE -E NIXOS_INSTALL_BOOTLOADER=0 -E NIXOS_NO_CHECK --collect "
         "--no-ask-password --pipe --quiet --service-type=exec "
         "--unit=vmtests-switch-to-configuration "
-        "/nix/var/nix/profiles/system/bin/switch-to-configuration switch && "
-        f"{{ echo 0 > {pool}; }}"
+        "/nix/var/nix/profiles/system/bin/switch-to-configuration switch; rc=$?; "
+        f"{{ echo 0 > {pool}; }}; (exit $rc)"
     )
     assert "generation 41" in generation.description
     assert "hugepage pools 1048576 KiB: 0" in generation.description
@@ -229,3 +238,71 @@ def test_a_failed_rollback_says_which_generation_the_host_runs() -> None:
         cast(Machine, host), OLD_GENERATION, on_failure=OnFailure.LEAVE, command=None, settings=FAST
     )
     assert f"runs {NEW}, not the recorded {OLD}" in left.message
+
+
+def test_a_booted_generation_that_is_not_the_profiles_is_refused() -> None:
+    """After booting an older generation, or `nixos-rebuild test`, the profile's generation is
+    not what runs: going back to it would activate a system the host never ran."""
+    older = "/nix/store/9876fedc-nixos-system-cfx-llm2-26.11"
+    answers = {"readlink": (0, f"{older}\nsystem-41-link\n{STORE}\n"), "nr_hugepages": (0, "")}
+    with pytest.raises(DriverError, match="would activate a system the host did not run"):
+        current_generation(cast(Machine, _Answers(answers)))
+
+
+def test_a_profile_that_is_no_generation_link_is_set_to_the_running_system() -> None:
+    answers = {"readlink": (0, f"{STORE}\n{STORE}\n{STORE}\n"), "nr_hugepages": (0, "")}
+    generation = current_generation(cast(Machine, _Answers(answers)))
+    # The boot entry follows: the profile is set to the system, then it is activated.
+    assert generation.rollback_command.startswith(
+        f"nix-env -p /nix/var/nix/profiles/system --set {STORE} && systemd-run "
+    )
+    assert f" {STORE}/bin/switch-to-configuration switch; rc=$?; true; (exit $rc)" in (
+        generation.rollback_command
+    )
+
+
+def test_the_pools_go_back_even_when_a_unit_failed_to_start(tmp_path: Path) -> None:
+    """switch-to-configuration exits 4 when a unit failed, with the system switched: the pools
+    are set back all the same, and the rollback still fails with that status. The command runs
+    in a real shell, with nix-env and systemd-run stand-ins and the pool in a file."""
+    answers = {
+        "readlink": (0, f"{STORE}\nsystem-41-link\n{STORE}\n"),
+        "nr_hugepages": (0, "1048576kB 2\n"),
+    }
+    generation = current_generation(cast(Machine, _Answers(answers)))
+    bin_dir, pool = tmp_path / "bin", tmp_path / "nr_hugepages"
+    bin_dir.mkdir()
+    for tool, status in {"nix-env": 0, "systemd-run": 4}.items():
+        (bin_dir / tool).write_text(f"#!/bin/sh\nexit {status}\n")
+        (bin_dir / tool).chmod(0o755)
+    pool.write_text("4\n")
+    command = generation.rollback_command.replace(POOL, str(pool))
+    ran = subprocess.run(
+        ["sh", "-c", command],
+        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+        check=False,
+    )
+    assert ran.returncode == 4
+    assert pool.read_text() == "2\n"
+
+
+def test_a_rollback_that_leaves_other_pools_is_not_verified() -> None:
+    answers = {
+        "readlink": (0, f"{STORE}\nsystem-41-link\n{STORE}\n"),
+        "nr_hugepages": (0, "1048576kB 0\n"),
+    }
+    generation = current_generation(cast(Machine, _Answers(answers)))
+    # After the rollback: the system is the recorded one, but the pool still holds 2 pages.
+    host = _Host({"pgrep": (0, ""), "nix-env": (0, ""), "readlink": (0, STORE),
+                  "nr_hugepages": (0, "1048576kB 2\n"), "ActiveState": (0, "active"),
+                  "curl": (0, ""), "true": (0, "")})  # fmt: skip
+    back = recover(
+        cast(Machine, host), generation, on_failure=OnFailure.ROLLBACK, command=None, settings=FAST
+    )
+    assert (back.action, back.verified) == (Action.FAILED, False)
+    assert "hugepage pools are not the recorded ones (1048576 KiB: 2, not 0)" in back.message
+    host.answers["nr_hugepages"] = (0, "1048576kB 0\n")
+    back = recover(
+        cast(Machine, host), generation, on_failure=OnFailure.ROLLBACK, command=None, settings=FAST
+    )
+    assert (back.action, back.verified) == (Action.ROLLED_BACK, True), back.message

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from vmtests.contracts.serving import POOL_SIZES, SERVING_UNIT, hugepages_path, parse_pools
 from vmtests.driver.errors import DriverError
@@ -82,6 +82,8 @@ class Generation:
     """The exact shell command, run as root on the machine, that goes back."""
     current_command: str
     """Shell that prints the machine's current ``id``, to verify a rollback."""
+    pools: dict[int, int] = field(default_factory=dict)
+    """The hugepage pools then, ``{page size KiB: pages}``: a rollback sets them back."""
 
     def to_dict(self) -> dict[str, str]:
         """JSON form (without the verifying shell)."""
@@ -99,9 +101,22 @@ class DryRun:
     detail: str
 
 
-def _pools_back(machine: Machine) -> tuple[str, str]:
-    """Shell that sets every hugepage pool back to its size now, and those sizes in words."""
-    pools = parse_pools(machine.execute(POOL_SIZES, timeout=30).stdout_text)
+def pool_sizes(machine: Machine) -> dict[int, int]:
+    """The machine's hugepage pools now, ``{page size KiB: pages}``."""
+    return parse_pools(machine.execute(POOL_SIZES, timeout=30).stdout_text)
+
+
+def pools_differ(recorded: dict[int, int], now: dict[int, int]) -> list[str]:
+    """``<KiB> KiB: <now>, not <recorded>`` for every recorded pool that holds another size."""
+    return [
+        f"{kib} KiB: {now.get(kib, 0)}, not {count}"
+        for kib, count in recorded.items()
+        if now.get(kib, 0) != count
+    ]
+
+
+def _pools_back(pools: dict[int, int]) -> tuple[str, str]:
+    """Shell that sets every hugepage pool back to ``pools``, and those sizes in words."""
     if not pools:
         return "true", "no hugepage pools"
     back = "; ".join(f"echo {count} > {hugepages_path(kib)}" for kib, count in pools.items())
@@ -109,23 +124,47 @@ def _pools_back(machine: Machine) -> tuple[str, str]:
     return f"{{ {back}; }}", f"hugepage pools {sizes}"
 
 
+def _then_pools_back(command: str, pools: str) -> str:
+    """``command``, then ``pools`` whatever it exits with (switch-to-configuration exits 4
+    when a unit failed, with the system switched all the same), exiting as ``command`` did;
+    ``(exit $rc)``, not ``exit``, leaves the shell that runs it (the backdoor's) alone."""
+    return f"{command}; rc=$?; {pools}; (exit $rc)"
+
+
 def current_generation(machine: Machine) -> Generation:
     """The NixOS generation the machine runs; ``DriverError`` when it is not NixOS."""
     result = machine.execute(
-        f"readlink -f {CURRENT_SYSTEM} && readlink {SYSTEM_PROFILE}", timeout=30
+        f"readlink -f {CURRENT_SYSTEM} && readlink {SYSTEM_PROFILE} && "
+        f"readlink -f {SYSTEM_PROFILE}",
+        timeout=30,
     )
     lines = result.stdout_text.split()
-    if result.rc != 0 or len(lines) != 2:
+    if result.rc != 0 or len(lines) != 3:
         raise DriverError(
             f"{machine.name} has no {CURRENT_SYSTEM} and {SYSTEM_PROFILE}: not a NixOS host, so "
             "there is no generation to go back to (give --rollback-command, or --on-failure "
             "leave)"
         )
-    store_path, link = lines
-    pools, sizes = _pools_back(machine)
+    store_path, link, profile_path = lines
+    if profile_path != store_path:
+        # An older generation was booted, or `nixos-rebuild test` activated one that is not
+        # the profile's: the profile's generation is not what runs.
+        raise DriverError(
+            f"{machine.name} runs {store_path}, but {SYSTEM_PROFILE} ({link}) is "
+            f"{profile_path}: going back to the profile's generation would activate a system "
+            "the host did not run; make the running system the profile's first (switch to it "
+            "with nixos-rebuild switch, or reboot into the profile's generation), or give "
+            "--rollback-command, or --on-failure leave"
+        )
+    pools = pool_sizes(machine)
+    pools_back, sizes = _pools_back(pools)
     number = re.fullmatch(r"system-(\d+)-link", link)
     if number is None:
-        command = f"{ACTIVATION_PREFIX} {store_path}/bin/switch-to-configuration switch"
+        # Set the profile too, so that the boot entry follows the system going back.
+        command = (
+            f"nix-env -p {SYSTEM_PROFILE} --set {store_path} && "
+            f"{ACTIVATION_PREFIX} {store_path}/bin/switch-to-configuration switch"
+        )
         where = f"{store_path} (the profile points at {link}, not a generation link)"
     else:
         command = (
@@ -134,7 +173,11 @@ def current_generation(machine: Machine) -> Generation:
         )
         where = f"{store_path} (generation {number[1]} of {SYSTEM_PROFILE})"
     return Generation(
-        store_path, f"{where}, {sizes}", f"{command} && {pools}", f"readlink -f {CURRENT_SYSTEM}"
+        store_path,
+        f"{where}, {sizes}",
+        _then_pools_back(command, pools_back),
+        f"readlink -f {CURRENT_SYSTEM}",
+        pools,
     )
 
 
@@ -148,18 +191,19 @@ def record_unit_set(machine: Machine) -> Generation:
         timeout=60,
     )
     targets = " ".join(f"/{path}" for path in UNIT_SET)
-    pools, sizes = _pools_back(machine)
+    pools = pool_sizes(machine)
+    pools_back, sizes = _pools_back(pools)
     rollback = (
         f"test -s {archive} && rm -rf {targets} && tar -C / -xf {archive} && "
         "systemctl daemon-reload && "
         "for u in $(systemctl list-units --all --plain --no-legend --state=not-found "
         "| awk '{print $1}'); do systemctl stop \"$u\"; done; "
-        f"{pools}; {firewall.APPLY} && systemctl restart {SERVING_UNIT}"
+        f"{pools_back}; {firewall.APPLY} && systemctl restart {SERVING_UNIT}"
     )
     description = (
         f"the installed unit set {digest} ({', '.join(UNIT_SET)}, archived in {archive}), {sizes}"
     )
-    return Generation(digest, description, rollback, UNIT_SET_DIGEST)
+    return Generation(digest, description, rollback, UNIT_SET_DIGEST, pools)
 
 
 def simple_commands(command: str) -> list[list[str]]:

@@ -6,9 +6,10 @@ The command is the generation's own (``vmtests.scenario.generations``) unless
 ``--rollback-command`` gives another, as ``--switch-command`` gives the switch; ``{generation}``
 in it is replaced by the recorded generation (the toplevel store path on NixOS). A rollback waits
 for a switch still under way to end (an ssh session that dropped is opened again first), and is
-verified: the machine must run the recorded generation again (else ``rollback failed``) and
-the server must answer (else ``rolled back, not serving``: the host is back, its server is
-still starting or broken). Every outcome names the generation the machine runs.
+verified: the machine must run the recorded generation again, with the recorded hugepage pools
+(else ``rollback failed``), and the server must answer (else ``rolled back, not serving``: the
+host is back, its server is still starting or broken). Every outcome names the generation the
+machine runs.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from vmtests.contracts.settings import Settings
 from vmtests.driver.errors import DriverError, MachineGone
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
-from vmtests.scenario.install.generations import Generation
+from vmtests.scenario.install.generations import Generation, pool_sizes, pools_differ
 from vmtests.scenario.install.switching import wait_ready
 
 
@@ -142,6 +143,18 @@ def recover(
             Action.FAILED,
             back,
             f"`{back}` ran, but {machine.name} runs {now}; go back by hand",
+            verified=False,
+        )
+    try:
+        pools = pools_differ(generation.pools, pool_sizes(machine)) if generation.pools else []
+    except DriverError as error:
+        pools = [f"unknown ({machine.name} did not say: {str(error)[:200]})"]
+    if pools:
+        return Recovery(
+            Action.FAILED,
+            back,
+            f"`{back}` ran and {machine.name} runs {now} again, but its hugepage pools are not "
+            f"the recorded ones ({'; '.join(pools)}): set them back by hand",
             verified=False,
         )
     try:

@@ -92,6 +92,7 @@ def _run(
     table: dict[str, dict[str, object]],
     port: int = 8000,
     api_key_file: str | None = None,
+    sysctl_dir: Path | None = None,
 ) -> tuple[Snapshot, str, list[str]]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
@@ -106,6 +107,9 @@ def _run(
     fake.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
     script = snapshot_command(UNIT, port, HUGEPAGES, None, card=False, api_key_file=api_key_file)
+    if sysctl_dir is not None:
+        assert script.count(" /etc/sysctl.d ") == 1, "the script reads /etc/sysctl.d elsewhere"
+        script = script.replace(" /etc/sysctl.d ", f" {sysctl_dir} ")
     done = subprocess.run(
         ["sh", "-c", script],
         capture_output=True,
@@ -172,6 +176,20 @@ def test_the_hugepage_unit_comes_from_its_own_show(
     hugepage_unit = snapshot.hugepages.unit
     assert hugepage_unit.prop("UnitFileState") == "enabled"
     assert list(hugepage_unit.files) == [str(tmp_path / "tenstorrent-hugepages.service")]
+
+
+def test_a_sysctl_file_that_is_a_symlink_is_read(tmp_path: Path) -> None:
+    """On NixOS /etc/sysctl.d/60-nixos.conf is a symlink into /etc/static (nixpkgs
+    nixos/modules/system/etc/setup-etc.pl): its nr_hugepages counts as reserved at boot."""
+    static = tmp_path / "static" / "sysctl.d"
+    static.mkdir(parents=True)
+    (static / "60-nixos.conf").write_text("kernel.poweroff_delay=1\nvm.nr_hugepages=2\n")
+    sysctl_dir = tmp_path / "etc" / "sysctl.d"
+    sysctl_dir.mkdir(parents=True)
+    (sysctl_dir / "60-nixos.conf").symlink_to(static / "60-nixos.conf")
+    table, _ = _machine(tmp_path)
+    snapshot, _, _ = _run(tmp_path, table, sysctl_dir=sysctl_dir)
+    assert snapshot.hugepages.sysctl_lines == [f"{sysctl_dir}/60-nixos.conf:vm.nr_hugepages=2"]
 
 
 def test_v1_requests_carry_the_api_key_from_its_file(tmp_path: Path) -> None:

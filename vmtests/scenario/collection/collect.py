@@ -171,7 +171,10 @@ sec hugepage_pools
 sec hugepage_unit; printf '%s\n' "$hprops"
 sec hugepage_unit_files; files "$hprops"
 sec sysctl
-grep -rsH nr_hugepages /etc/sysctl.conf /etc/sysctl.d /run/sysctl.d /usr/lib/sysctl.d \
+# -R, not -r: grep -r skips the symlinks it meets in a directory, and NixOS makes every /etc file
+# one, into /etc/static (nixpkgs nixos/modules/system/etc/setup-etc.pl), sysctl.d/60-nixos.conf
+# (nixos/modules/config/sysctl.nix) among them.
+grep -RsH nr_hugepages /etc/sysctl.conf /etc/sysctl.d /run/sysctl.d /usr/lib/sysctl.d \
   /lib/sysctl.d 2>/dev/null
 sec generations
 for p in /run/current-system /run/booted-system /nix/var/nix/profiles/system; do

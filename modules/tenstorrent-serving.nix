@@ -6,6 +6,7 @@
 # the container, its graceful stop, the boot-time hugepage reservation and the startup banner.
 {
   config,
+  options,
   lib,
   utils,
   ...
@@ -22,6 +23,31 @@ let
   hugepages = core.hugepages;
   hugepageMount = "/dev/hugepages-${cfg.hugepages.size}";
   hugepageUnit = "tenstorrent-hugepages.service";
+
+  # Other writers of hugepage pools at boot. boot.kernel.sysfs (nixpkgs
+  # nixos/modules/config/sysfs.nix) writes a /sys attribute, named one path component per
+  # attribute, from a nixos-sysfs@ unit ordered only before sysinit.target, as this reservation
+  # is: the two would race on the same pool. boot.kernel.sysctl."vm.nr_hugepages"
+  # (nixos/modules/config/sysctl.nix, applied by systemd-sysctl.service) sizes the pool of the
+  # default page size. Read only where those options are declared: tests/eval/module-eval.nix
+  # evaluates this module without nixpkgs' modules.
+  declared = path: lib.hasAttrByPath path options;
+  sysfsPool =
+    if hugepages == null || !declared [ "boot" "kernel" "sysfs" ] then
+      null
+    else
+      lib.attrByPath [
+        "kernel"
+        "mm"
+        "hugepages"
+        "hugepages-${toString hugepages.sizeKiB}kB"
+        "nr_hugepages"
+      ] null config.boot.kernel.sysfs;
+  sysctlHugepages =
+    if declared [ "boot" "kernel" "sysctl" ] then
+      config.boot.kernel.sysctl."vm.nr_hugepages" or null
+    else
+      null;
 
   # nixpkgs' oci-containers (nixos/modules/virtualisation/oci-containers.nix) stops with a bare
   # `docker stop` (10 s, then SIGKILL) and then `docker rm -f`. The advisory wants
@@ -208,11 +234,19 @@ in
   };
 
   config = lib.mkIf cfg.enable {
-    assertions = map (message: {
-      assertion = false;
-      inherit message;
-    }) core.failedAssertions;
-    warnings = core.warnings;
+    assertions =
+      map (message: {
+        assertion = false;
+        inherit message;
+      }) core.failedAssertions
+      ++ lib.optional (hugepages != null) {
+        assertion = sysfsPool == null;
+        message = "boot.kernel.sysfs.kernel.mm.hugepages.\"hugepages-${toString hugepages.sizeKiB}kB\".nr_hugepages (${toString sysfsPool}) sets the pool that services.tenstorrent-serving.hugepages reserves (${toString hugepages.count} x ${hugepages.size}), and both write it at boot in no set order: remove the boot.kernel.sysfs setting and set services.tenstorrent-serving.hugepages.count instead.";
+      };
+    warnings =
+      core.warnings
+      ++ lib.optional (hugepages != null && sysctlHugepages != null)
+        "boot.kernel.sysctl.\"vm.nr_hugepages\" (${toString sysctlHugepages}) also reserves hugepages at boot, in the pool of the default page size: if that is ${hugepages.size}, services.tenstorrent-serving.hugepages sets it back to ${toString hugepages.count} right after (tenstorrent-hugepages.service runs after systemd-sysctl.service); otherwise its pages are taken from the memory the serving profile leaves free. Remove it, or set services.tenstorrent-serving.hugepages alone.";
 
     # nixos/modules/services/networking/firewall.nix: the firewall is on by default, and
     # `--network=host` gives the container no INPUT rule of its own.
@@ -263,6 +297,9 @@ in
         "sysinit.target"
         "shutdown.target"
       ];
+      # After boot.kernel.sysctl's writer (see sysctlHugepages), so that this count is the last
+      # word on the pool.
+      after = [ "systemd-sysctl.service" ];
       conflicts = [ "shutdown.target" ];
       unitConfig.DefaultDependencies = false;
       serviceConfig = {

@@ -290,6 +290,33 @@ in
       };
     in
     map (a: a.message) (lib.filter (a: !a.assertion) small.config.assertions);
+  # The failed assertions and the warnings of vm-test-cfx-llm2 (1 GiB pages) with other
+  # boot-time writers of hugepage pools (modules/tenstorrent-serving.nix).
+  otherHugepageWriters =
+    let
+      messages =
+        module:
+        let
+          inherit
+            (flake.nixosConfigurations.vm-test-cfx-llm2.extendModules { modules = [ module ]; })
+            config
+            ;
+        in
+        {
+          assertions = map (a: a.message) (lib.filter (a: !a.assertion) config.assertions);
+          inherit (config) warnings;
+        };
+    in
+    {
+      none = messages { };
+      samePool = messages {
+        boot.kernel.sysfs.kernel.mm.hugepages."hugepages-1048576kB".nr_hugepages = 4;
+      };
+      otherPool = messages {
+        boot.kernel.sysfs.kernel.mm.hugepages."hugepages-2048kB".nr_hugepages = 4;
+      };
+      sysctl = messages { boot.kernel.sysctl."vm.nr_hugepages" = 16; };
+    };
   apps = lib.mapAttrs (_: app: contextDrvs app.program) flake.apps.${system};
   # What `nix flake check` reads of an app besides its program (Nix src/nix/flake.cc, checkApp):
   # its attribute names and meta.description, a string without context.

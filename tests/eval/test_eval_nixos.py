@@ -258,6 +258,25 @@ def test_the_hugepage_check_rejects_a_vm_too_small(nixos: dict[str, Any]) -> Non
     assert not hugepages_fit(4096, 2, "1G")
 
 
+def test_other_writers_of_the_hugepage_pool_are_refused_or_warned(nixos: dict[str, Any]) -> None:
+    """boot.kernel.sysfs setting the reserved pool races the reservation: an assertion says what
+    to change; boot.kernel.sysctl."vm.nr_hugepages" is warned about; the reservation runs after
+    systemd-sysctl.service, so that its count is the last word."""
+    assert nixos["configurations"]["vm-test-cfx-llm2"]["serving"]["hugepages"]["size"] == "1G"
+    writers = nixos["otherHugepageWriters"]
+    assert writers["none"]["assertions"] == []
+    (message,) = writers["samePool"]["assertions"]
+    assert 'boot.kernel.sysfs.kernel.mm.hugepages."hugepages-1048576kB".nr_hugepages' in message
+    assert "set services.tenstorrent-serving.hugepages.count instead" in message
+    assert writers["otherPool"]["assertions"] == []
+    assert writers["sysctl"]["assertions"] == []
+    (warning,) = set(writers["sysctl"]["warnings"]) - set(writers["none"]["warnings"])
+    assert 'boot.kernel.sysctl."vm.nr_hugepages" (16)' in warning
+    assert "systemd-sysctl.service" in rendered_unit("vm-test-cfx-llm2", "hugepages").values(
+        "After"
+    )
+
+
 @pytest.mark.parametrize("name", VM_CONFIGURATIONS)
 def test_the_vm_boots_like_production_and_grows_its_root(nixos: dict[str, Any], name: str) -> None:
     described = nixos["configurations"][name]

@@ -364,6 +364,7 @@ def render_hugepage_units(hugepages: Hugepages, rendered: RenderedUnits) -> None
     rendered.units[HUGEPAGES_UNIT] = "\n".join(
         [
             "[Unit]",
+            "After=systemd-sysctl.service",
             "Before=sysinit.target shutdown.target",
             "Conflicts=shutdown.target",
             "DefaultDependencies=false",

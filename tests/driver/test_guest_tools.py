@@ -10,20 +10,25 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from vmtests.contracts import instrumentation as contract
 from vmtests.contracts.instrumentation import GUEST_MEMORY_MB, GUEST_TOOLS
-from vmtests.contracts.serving import Hugepages
+from vmtests.contracts.serving import POOL_SIZES, Hugepages
 from vmtests.driver.errors import CommandFailed
-from vmtests.driver.machine import CommandResult
+from vmtests.driver.machine import CommandResult, Machine
 from vmtests.driver.shell import REBOOT_COMMAND
 from vmtests.guest import firewall, toolpath
 from vmtests.guest.image import write_guest_description
 from vmtests.guest.resources import check_hugepages_fit, required_memory_mb
 from vmtests.profiles import available_profiles, load_profile
 from vmtests.scenario.collection.collect import _SCRIPT as SNAPSHOT_SCRIPT
+from vmtests.scenario.collection.collect import API_KEY_READ
+from vmtests.scenario.install.generations import current_generation, record_unit_set
+from vmtests.scenario.runner.preflight import _SCRIPT as PREFLIGHT_SCRIPT
+from vmtests.scenario.runner.preflight import VERSION_COMMANDS
 
 # Shell builtins and keywords of bash (and dash): never looked up on PATH.
 BUILTINS = frozenset(
@@ -120,6 +125,41 @@ def test_the_manifest_covers_what_the_suites_scripts_run() -> None:
     missing = sorted(program for program in used if program not in GUEST_TOOLS)
     assert missing == [], f"programs run in guests but missing from the tool manifest: {missing}"
     assert {"setsid", "systemctl", "journalctl", "curl", "ss", "docker"} <= used
+
+
+class _Recorder:
+    """A machine that answers every command with ``stdout`` (enough to record a generation)."""
+
+    name = "guest"
+
+    def __init__(self, stdout: str) -> None:
+        self.stdout = stdout
+
+    def execute(self, command: str, *args: object, timeout: float) -> CommandResult:
+        return CommandResult(command, 0, self.stdout.encode(), b"")
+
+    def succeed(self, command: str, *args: object, timeout: float) -> str:
+        return self.stdout
+
+
+def test_the_manifest_covers_the_rollbacks_and_the_preflight() -> None:
+    """What a rollback (the reference guest's and NixOS's) and the preflight run in a guest."""
+    store = "/nix/store/abc-nixos-system-x"
+    nixos = current_generation(cast(Machine, _Recorder(f"{store}\nsystem-4-link\n{store}\n")))
+    unit_set = record_unit_set(cast(Machine, _Recorder("0123456789abcdef\n")))
+    preflight = PREFLIGHT_SCRIPT.replace("@POOL_SIZES@", POOL_SIZES).replace("@VERSIONS@", "")
+    used: set[str] = set()
+    for script in (
+        nixos.rollback_command, nixos.current_command, unit_set.rollback_command,
+        unit_set.current_command, preflight, API_KEY_READ, *VERSION_COMMANDS.values(),
+    ):  # fmt: skip
+        used |= _command_words(script)
+    used -= BUILTINS | {"sec", "version"}  # the preflight script's own functions
+    # The preflight reports their versions when present, and `command -v` finds them first.
+    used -= {"nixos-version"}
+    missing = sorted(program for program in used if program not in GUEST_TOOLS)
+    assert missing == [], f"programs run in guests but missing from the tool manifest: {missing}"
+    assert {"nix-env", "systemd-run", "systemctl", "tar", "sha256sum", "curl"} <= used
 
 
 def test_rc_127_names_the_program_and_the_manifest() -> None:

@@ -196,8 +196,10 @@ def record_unit_set(machine: Machine) -> Generation:
     rollback = (
         f"test -s {archive} && rm -rf {targets} && tar -C / -xf {archive} && "
         "systemctl daemon-reload && "
-        "for u in $(systemctl list-units --all --plain --no-legend --state=not-found "
-        "| awk '{print $1}'); do systemctl stop \"$u\"; done; "
+        # The unit is the first word of each line; `read` splits it off with no program (the
+        # guest's PATH is the tool manifest, vmtests/contracts/instrumentation.json).
+        "systemctl list-units --all --plain --no-legend --state=not-found "
+        '| while read -r u _; do systemctl stop "$u"; done; '
         f"{pools_back}; {firewall.APPLY} && systemctl restart {SERVING_UNIT}"
     )
     description = (

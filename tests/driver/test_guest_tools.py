@@ -155,7 +155,8 @@ def test_the_manifest_covers_the_rollbacks_and_the_preflight() -> None:
     ):  # fmt: skip
         used |= _command_words(script)
     used -= BUILTINS | {"sec", "version"}  # the preflight script's own functions
-    # The preflight reports their versions when present, and `command -v` finds them first.
+    # The NixOS system's own, which the preflight's version command looks for in
+    # preflight.NIXOS_SYSTEM_BIN, off the manifest.
     used -= {"nixos-version"}
     missing = sorted(program for program in used if program not in GUEST_TOOLS)
     assert missing == [], f"programs run in guests but missing from the tool manifest: {missing}"

@@ -16,13 +16,13 @@ from vmtests.cli import main
 from vmtests.contracts.findings import Check, Reason
 from vmtests.contracts.settings import Settings
 from vmtests.contracts.status import ExitStatus, RunStatus
-from vmtests.driver.machine import Machine
+from vmtests.driver.machine import CommandResult, Machine
 from vmtests.profiles import load_profile
 from vmtests.report import markdown_summary, scenario_data, write_prometheus
 from vmtests.scenario.install.generations import DryRun, Generation
 from vmtests.scenario.install.switching import CommandSwitch, Switcher
 from vmtests.scenario.judgement.checks import evaluate_stage
-from vmtests.scenario.runner.preflight import run_preflight
+from vmtests.scenario.runner.preflight import NIXOS_SYSTEM_BIN, run_preflight
 from vmtests.scenario.runner.recovery import OnFailure
 from vmtests.scenario.runner.run_plan import RunPlan, render_run_plan
 from vmtests.scenario.runner.scenario import CHECK, Kind, ScenarioResult
@@ -124,6 +124,22 @@ class _Switch:
 TOOLS = ("systemctl", "journalctl", "curl", "tt-smi", "docker")
 
 
+def _fake_tools(directory: Path) -> str:
+    """Fakes of TOOLS in ``directory``; the PATH that finds them first."""
+    scripts = {
+        "tt-smi": "echo 6.2.1",
+        "docker": "echo Docker version 26.1.5",
+        "systemctl": "echo systemd 257 '(257.13)'",
+        "curl": "printf 200",  # GET /v1/models answers 200
+        "journalctl": "true",
+    }
+    for tool in TOOLS:
+        path = directory / tool
+        path.write_text(f"#!/bin/sh\n{scripts[tool]}\n")
+        path.chmod(0o755)
+    return f"{directory}:/usr/bin:/bin"
+
+
 @pytest.mark.parametrize(
     ("dry", "switch", "refused", "why"),
     [
@@ -139,18 +155,7 @@ TOOLS = ("systemctl", "journalctl", "curl", "tt-smi", "docker")
 def test_the_preflight_against_fake_tools(
     tmp_path: Path, dry: DryRun, switch: str | None, refused: Reason | None, why: str
 ) -> None:
-    scripts = {
-        "tt-smi": "echo 6.2.1",
-        "docker": "echo Docker version 26.1.5",
-        "systemctl": "echo systemd 257 '(257.13)'",
-        "curl": "printf 200",  # GET /v1/models answers 200
-        "journalctl": "true",
-    }
-    for tool in TOOLS:
-        path = tmp_path / tool
-        path.write_text(f"#!/bin/sh\n{scripts[tool]}\n")
-        path.chmod(0o755)
-    machine = cast(Machine, LocalShell(f"{tmp_path}:/usr/bin:/bin"))
+    machine = cast(Machine, LocalShell(_fake_tools(tmp_path)))
     # A switch command names the program the run needs; else a fake with the given dry run.
     switcher = CommandSwitch(switch) if switch else cast(Switcher, _Switch(dry))
     found = run_preflight(machine, CFX, switcher, Settings())
@@ -168,6 +173,38 @@ def test_the_preflight_against_fake_tools(
     assert "nixos-rebuild" in found.versions
     (hugepages,) = [item for item in found.items if item.check == Check.PREFLIGHT_HUGEPAGES]
     assert "the hugepages still to reserve" in hugepages.message
+
+
+class _NixosShell(LocalShell):
+    """A LocalShell whose NixOS system programs are in ``system_bin``, not on its PATH (as on
+    a NixOS VM's backdoor, whose PATH is the tool manifest)."""
+
+    def __init__(self, path: str, system_bin: Path) -> None:
+        super().__init__(path)
+        self.system_bin = system_bin
+
+    def execute(self, command: str, *args: object, timeout: float) -> CommandResult:
+        return super().execute(command.replace(NIXOS_SYSTEM_BIN, str(self.system_bin)),
+                               timeout=timeout)  # fmt: skip
+
+
+def test_nixos_rebuild_is_found_in_the_system_off_the_path(tmp_path: Path) -> None:
+    system_bin = tmp_path / "sw" / "bin"
+    system_bin.mkdir(parents=True)
+    for tool, script in {
+        "nixos-rebuild": "exit 1",
+        "nixos-version": "echo '26.11.20260101 (X)'",
+    }.items():
+        (system_bin / tool).write_text(f"#!/bin/sh\n{script}\n")
+        (system_bin / tool).chmod(0o755)
+    path = _fake_tools(tmp_path)
+    switcher = cast(Switcher, _Switch(DryRun(True, True, "d")))
+    found = run_preflight(cast(Machine, _NixosShell(path, system_bin)), CFX, switcher, Settings())
+    assert found.versions["nixos-rebuild"] == f"{system_bin}/nixos-rebuild 26.11.20260101 (X)"
+    # Not NixOS: reported absent.
+    elsewhere = _NixosShell(path, tmp_path / "none")
+    absent = run_preflight(cast(Machine, elsewhere), CFX, switcher, Settings())
+    assert absent.versions["nixos-rebuild"] == "-"
 
 
 @pytest.mark.parametrize(

@@ -41,11 +41,16 @@ from vmtests.scenario.judgement.results import CheckResult
 PREFLIGHT = "preflight"
 """The stage label of the preflight's results."""
 BASE_TOOLS = ("systemctl", "journalctl", "curl", "tt-smi")
+NIXOS_SYSTEM_BIN = "/run/current-system/sw/bin"
+"""The NixOS system's programs: on a NixOS VM's backdoor, whose PATH is the tool manifest only,
+nixos-rebuild and nixos-version are found here alone."""
 VERSION_COMMANDS = {
     "tt-smi": "tt-smi --version",  # argparse's version action: the bare version (tt-smi.py)
     "docker": "docker --version",
     "systemd": "systemctl --version | head -n1",
-    "nixos-rebuild": "command -v nixos-rebuild && nixos-version",
+    "nixos-rebuild": (
+        f'PATH="$PATH:{NIXOS_SYSTEM_BIN}"; command -v nixos-rebuild && nixos-version'
+    ),
 }
 PREFLIGHT_TIMEOUT = 240.0
 """The preflight's one round trip: each version command is bounded at 30 s, the rest at 10 s."""

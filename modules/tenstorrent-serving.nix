@@ -246,7 +246,7 @@ in
     warnings =
       core.warnings
       ++ lib.optional (hugepages != null && sysctlHugepages != null)
-        "boot.kernel.sysctl.\"vm.nr_hugepages\" (${toString sysctlHugepages}) also reserves hugepages at boot, in the pool of the default page size: if that is ${hugepages.size}, services.tenstorrent-serving.hugepages sets it back to ${toString hugepages.count} right after (tenstorrent-hugepages.service runs after systemd-sysctl.service); otherwise its pages are taken from the memory the serving profile leaves free. Remove it, or set services.tenstorrent-serving.hugepages alone.";
+        "boot.kernel.sysctl.\"vm.nr_hugepages\" (${toString sysctlHugepages}) also reserves hugepages at boot, in the pool of the default page size: if that is ${hugepages.size}, services.tenstorrent-serving.hugepages sets it back to ${toString hugepages.count} right after at boot (tenstorrent-hugepages.service runs after systemd-sysctl.service), but a switch that changes sysctl settings restarts systemd-sysctl.service and resizes the pool again until the next boot (nixos/modules/config/sysctl.nix, restartTriggers); otherwise its pages are taken from the memory the serving profile leaves free. Remove it, or set services.tenstorrent-serving.hugepages alone.";
 
     # nixos/modules/services/networking/firewall.nix: the firewall is on by default, and
     # `--network=host` gives the container no INPUT rule of its own.

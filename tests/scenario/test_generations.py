@@ -139,12 +139,12 @@ def test_the_nixos_generation_and_its_exact_way_back() -> None:
     # The activation runs in a unit of its own, as nixos-rebuild-ng runs it (nix.py,
     # SWITCH_TO_CONFIGURATION_CMD_PREFIX): a dropped ssh connection cannot end it halfway.
     assert generation.rollback_command == (
-        "nix-env -p /nix/var/nix/profiles/system --switch-generation 41 && "
+        "nix-env -p /nix/var/nix/profiles/system --switch-generation 41 && { "
         "systemd-run -E LOCALE_ARCHIVE -E NIXOS_INSTALL_BOOTLOADER=0 -E NIXOS_NO_CHECK --collect "
         "--no-ask-password --pipe --quiet --service-type=exec "
         "--unit=vmtests-switch-to-configuration "
         "/nix/var/nix/profiles/system/bin/switch-to-configuration switch; rc=$?; "
-        f"{{ echo 0 > {pool}; }}; (exit $rc)"
+        f"{{ echo 0 > {pool}; }}; (exit $rc); }}"
     )
     assert "generation 41" in generation.description
     assert "hugepage pools 1048576 KiB: 0" in generation.description
@@ -254,17 +254,27 @@ def test_a_profile_that_is_no_generation_link_is_set_to_the_running_system() -> 
     generation = current_generation(cast(Machine, _Answers(answers)))
     # The boot entry follows: the profile is set to the system, then it is activated.
     assert generation.rollback_command.startswith(
-        f"nix-env -p /nix/var/nix/profiles/system --set {STORE} && systemd-run "
+        f"nix-env -p /nix/var/nix/profiles/system --set {STORE} && {{ systemd-run "
     )
-    assert f" {STORE}/bin/switch-to-configuration switch; rc=$?; true; (exit $rc)" in (
+    assert f" {STORE}/bin/switch-to-configuration switch; rc=$?; true; (exit $rc); }}" in (
         generation.rollback_command
     )
 
 
-def test_the_pools_go_back_even_when_a_unit_failed_to_start(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("nix_env", "systemd_run", "status", "pages"),
+    [
+        (0, 4, 4, "2\n"),  # a unit failed to start: the system is switched, the pools go back
+        (1, 0, 1, "4\n"),  # nix-env failed: nothing was activated, the pools stay
+    ],
+)
+def test_the_pools_go_back_when_the_activation_ran(
+    tmp_path: Path, nix_env: int, systemd_run: int, status: int, pages: str
+) -> None:
     """switch-to-configuration exits 4 when a unit failed, with the system switched: the pools
-    are set back all the same, and the rollback still fails with that status. The command runs
-    in a real shell, with nix-env and systemd-run stand-ins and the pool in a file."""
+    are set back all the same, and the rollback still fails with that status. When nix-env
+    fails, nothing was activated and the pools are left to the system that runs. The command
+    runs in a real shell, with nix-env and systemd-run stand-ins and the pool in a file."""
     answers = {
         "readlink": (0, f"{STORE}\nsystem-41-link\n{STORE}\n"),
         "nr_hugepages": (0, "1048576kB 2\n"),
@@ -272,8 +282,8 @@ def test_the_pools_go_back_even_when_a_unit_failed_to_start(tmp_path: Path) -> N
     generation = current_generation(cast(Machine, _Answers(answers)))
     bin_dir, pool = tmp_path / "bin", tmp_path / "nr_hugepages"
     bin_dir.mkdir()
-    for tool, status in {"nix-env": 0, "systemd-run": 4}.items():
-        (bin_dir / tool).write_text(f"#!/bin/sh\nexit {status}\n")
+    for tool, exit_status in {"nix-env": nix_env, "systemd-run": systemd_run}.items():
+        (bin_dir / tool).write_text(f"#!/bin/sh\nexit {exit_status}\n")
         (bin_dir / tool).chmod(0o755)
     pool.write_text("4\n")
     command = generation.rollback_command.replace(POOL, str(pool))
@@ -282,8 +292,8 @@ def test_the_pools_go_back_even_when_a_unit_failed_to_start(tmp_path: Path) -> N
         env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
         check=False,
     )
-    assert ran.returncode == 4
-    assert pool.read_text() == "2\n"
+    assert ran.returncode == status
+    assert pool.read_text() == pages
 
 
 def test_a_rollback_that_leaves_other_pools_is_not_verified() -> None:

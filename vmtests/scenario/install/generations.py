@@ -124,11 +124,12 @@ def _pools_back(pools: dict[int, int]) -> tuple[str, str]:
     return f"{{ {back}; }}", f"hugepage pools {sizes}"
 
 
-def _then_pools_back(command: str, pools: str) -> str:
-    """``command``, then ``pools`` whatever it exits with (switch-to-configuration exits 4
-    when a unit failed, with the system switched all the same), exiting as ``command`` did;
-    ``(exit $rc)``, not ``exit``, leaves the shell that runs it (the backdoor's) alone."""
-    return f"{command}; rc=$?; {pools}; (exit $rc)"
+def _then_pools_back(profile_step: str, activation: str, pools: str) -> str:
+    """``profile_step`` (which changes nothing when it fails), then ``activation`` and ``pools``
+    whatever the activation exits with (switch-to-configuration exits 4 when a unit failed,
+    with the system switched all the same), exiting as the activation did; ``(exit $rc)``, not
+    ``exit``, so that the command can be pasted into an interactive shell."""
+    return f"{profile_step} && {{ {activation}; rc=$?; {pools}; (exit $rc); }}"
 
 
 def current_generation(machine: Machine) -> Generation:
@@ -147,11 +148,14 @@ def current_generation(machine: Machine) -> Generation:
         )
     store_path, link, profile_path = lines
     if profile_path != store_path:
-        # An older generation was booted, or `nixos-rebuild test` activated one that is not
-        # the profile's: the profile's generation is not what runs.
+        # An older generation was booted, `nixos-rebuild test` activated one that is not the
+        # profile's, or a specialisation runs (the activation links /run/current-system to
+        # its own toplevel, nixos/modules/system/activation/activation-script.nix): the
+        # profile's generation is not what runs.
         raise DriverError(
             f"{machine.name} runs {store_path}, but {SYSTEM_PROFILE} ({link}) is "
-            f"{profile_path}: going back to the profile's generation would activate a system "
+            f"{profile_path} (an older generation booted, `nixos-rebuild test`, or a "
+            "specialisation): going back to the profile's generation would activate a system "
             "the host did not run; make the running system the profile's first (switch to it "
             "with nixos-rebuild switch, or reboot into the profile's generation), or give "
             "--rollback-command, or --on-failure leave"
@@ -161,21 +165,17 @@ def current_generation(machine: Machine) -> Generation:
     number = re.fullmatch(r"system-(\d+)-link", link)
     if number is None:
         # Set the profile too, so that the boot entry follows the system going back.
-        command = (
-            f"nix-env -p {SYSTEM_PROFILE} --set {store_path} && "
-            f"{ACTIVATION_PREFIX} {store_path}/bin/switch-to-configuration switch"
-        )
+        profile_step = f"nix-env -p {SYSTEM_PROFILE} --set {store_path}"
+        activation = f"{ACTIVATION_PREFIX} {store_path}/bin/switch-to-configuration switch"
         where = f"{store_path} (the profile points at {link}, not a generation link)"
     else:
-        command = (
-            f"nix-env -p {SYSTEM_PROFILE} --switch-generation {number[1]} && "
-            f"{ACTIVATION_PREFIX} {SYSTEM_PROFILE}/bin/switch-to-configuration switch"
-        )
+        profile_step = f"nix-env -p {SYSTEM_PROFILE} --switch-generation {number[1]}"
+        activation = f"{ACTIVATION_PREFIX} {SYSTEM_PROFILE}/bin/switch-to-configuration switch"
         where = f"{store_path} (generation {number[1]} of {SYSTEM_PROFILE})"
     return Generation(
         store_path,
         f"{where}, {sizes}",
-        _then_pools_back(command, pools_back),
+        _then_pools_back(profile_step, activation, pools_back),
         f"readlink -f {CURRENT_SYSTEM}",
         pools,
     )

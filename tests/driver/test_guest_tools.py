@@ -104,11 +104,11 @@ def test_unit_path_is_the_units_path_then_systemd_libs_defaults() -> None:
 
 
 def _command_words(script: str) -> set[str]:
-    """Words in command position of a shell script (after ; | && || $( and at line starts)."""
+    """Words in command position of a shell script (after ; | && || $( { ( and at line starts)."""
     words: set[str] = set()
     text = re.sub(r"'[^']*'", "''", script)  # quoted arguments are never commands
     text = re.sub(r"(^|\s)#.*", "", text)  # nor are comments
-    for segment in re.split(r"\n|;|&&|\|\||\||\$\(|\bthen\b|\bdo\b|\belse\b", text):
+    for segment in re.split(r"\n|;|&&|\|\||\||\$\(|\(|\{\s|\bthen\b|\bdo\b|\belse\b", text):
         tokens = [t for t in segment.strip().split() if not re.match(r"^\w+=", t)]
         if tokens and re.fullmatch(r"[a-z][\w.+-]*", tokens[0]):
             words.add(tokens[0])

@@ -22,7 +22,7 @@ from vmtests.report import markdown_summary, scenario_data, write_prometheus
 from vmtests.scenario.install.generations import DryRun, Generation
 from vmtests.scenario.install.switching import CommandSwitch, Switcher
 from vmtests.scenario.judgement.checks import evaluate_stage
-from vmtests.scenario.runner.preflight import NIXOS_SYSTEM_BIN, run_preflight
+from vmtests.scenario.runner.preflight import NIXOS_SYSTEM_BIN, required_tools, run_preflight
 from vmtests.scenario.runner.recovery import OnFailure
 from vmtests.scenario.runner.run_plan import RunPlan, render_run_plan
 from vmtests.scenario.runner.scenario import CHECK, Kind, ScenarioResult
@@ -205,6 +205,31 @@ def test_nixos_rebuild_is_found_in_the_system_off_the_path(tmp_path: Path) -> No
     elsewhere = _NixosShell(path, tmp_path / "none")
     absent = run_preflight(cast(Machine, elsewhere), CFX, switcher, Settings())
     assert absent.versions["nixos-rebuild"] == "-"
+
+
+@pytest.mark.parametrize(
+    ("command", "programs"),
+    [
+        ("sudo -n nixos-rebuild switch --flake /etc/nixos#h", {"nixos-rebuild"}),
+        # flake.nix's prebuilt switch: both programs must be on the machine.
+        (
+            "nix-env -p /nix/var/nix/profiles/system --set /nix/store/x && "
+            "systemd-run -E NIXOS_NO_CHECK --pipe /nix/store/x/bin/switch-to-configuration switch",
+            {"nix-env", "systemd-run"},
+        ),
+        (
+            "LANG=C env -i /run/current-system/sw/bin/nixos-rebuild switch",
+            {"/run/current-system/sw/bin/nixos-rebuild"},
+        ),
+    ],
+    ids=["sudo", "prebuilt", "env"],
+)
+def test_the_preflight_asks_for_every_program_of_the_switch(
+    command: str, programs: set[str]
+) -> None:
+    tools = required_tools(Settings(), CommandSwitch(command))
+    assert programs <= set(tools), tools
+    assert not {"sudo", "env", "-n", "-i"} & set(tools), tools
 
 
 @pytest.mark.parametrize(

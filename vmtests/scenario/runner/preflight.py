@@ -12,6 +12,7 @@ restart the serving unit (``Switcher.dry_run``); the API answers 401 without the
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field
 
@@ -34,6 +35,7 @@ from vmtests.scenario.collection.collect import (
     parse_meminfo,
     split_sections,
 )
+from vmtests.scenario.install.generations import simple_commands
 from vmtests.scenario.install.switching import CommandSwitch, Switcher
 from vmtests.scenario.judgement.checks import unauthorized_message
 from vmtests.scenario.judgement.results import CheckResult
@@ -113,9 +115,24 @@ def required_tools(settings: Settings, switcher: Switcher) -> list[str]:
     if settings.container:
         tools.append("docker")
     if isinstance(switcher, CommandSwitch):
-        words = shlex.split(switcher.command)
-        tools.append(words[1] if words[0] == "sudo" and len(words) > 1 else words[0])
+        # Every simple command's program: a compound switch (flake.nix's prebuilt one runs
+        # nix-env, then systemd-run) needs them all.
+        tools.extend(filter(None, map(_program, simple_commands(switcher.command))))
     return list(dict.fromkeys(tools))
+
+
+def _program(words: list[str]) -> str | None:
+    """The program a simple command runs, past variable assignments and ``sudo``/``env`` with
+    their options."""
+    wrapped = False
+    for word in words:
+        if re.match(r"^\w+=", word) or (wrapped and word.startswith("-")):
+            continue
+        if word in ("sudo", "env"):
+            wrapped = True
+            continue
+        return word
+    return None
 
 
 def _versions(sections: dict[str, str]) -> dict[str, str]:

@@ -144,7 +144,8 @@ def test_the_nixos_generation_and_its_exact_way_back() -> None:
         "--no-ask-password --pipe --quiet --service-type=exec "
         "--unit=vmtests-switch-to-configuration "
         "/nix/var/nix/profiles/system/bin/switch-to-configuration switch; rc=$?; "
-        f"{{ echo 0 > {pool}; }}; (exit $rc); }}"
+        f'{{ read n < {pool} && [ "$n" -gt 0 ] && echo 0 > {pool}; echo 0 > {pool}; }}; '
+        "(exit $rc); }"
     )
     assert "generation 41" in generation.description
     assert "hugepage pools 1048576 KiB: 0" in generation.description
@@ -294,6 +295,35 @@ def test_the_pools_go_back_when_the_activation_ran(
     )
     assert ran.returncode == status
     assert pool.read_text() == pages
+
+
+def test_the_pools_that_shrink_go_back_before_those_that_grow(tmp_path: Path) -> None:
+    """A switch that moved pages from the 1 GiB pool to the 2 MiB one: going back, the 2 MiB
+    pool gives its pages back before the 1 GiB pool asks for contiguous memory. Run in a real
+    shell with ``-x``, whose trace shows the order of the writes."""
+    small = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages"
+    answers = {
+        "readlink": (0, f"{STORE}\nsystem-41-link\n{STORE}\n"),
+        "nr_hugepages": (0, "1048576kB 2\n2048kB 0\n"),
+    }
+    generation = current_generation(cast(Machine, _Answers(answers)))
+    bin_dir, big_file, small_file = tmp_path / "bin", tmp_path / "big", tmp_path / "small"
+    bin_dir.mkdir()
+    for tool in ("nix-env", "systemd-run"):
+        (bin_dir / tool).write_text("#!/bin/sh\nexit 0\n")
+        (bin_dir / tool).chmod(0o755)
+    big_file.write_text("0\n")
+    small_file.write_text("512\n")
+    command = generation.rollback_command.replace(POOL, str(big_file))
+    command = command.replace(small, str(small_file))
+    ran = subprocess.run(
+        ["sh", "-xc", command], env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    writes = [line for line in ran.stderr.splitlines() if line.startswith("+ echo")]
+    assert writes[0] == "+ echo 0", ran.stderr  # the 2 MiB pool, shrinking
+    assert (big_file.read_text(), small_file.read_text()) == ("2\n", "0\n")
 
 
 def test_a_rollback_that_leaves_other_pools_is_not_verified() -> None:

@@ -119,7 +119,18 @@ def _pools_back(pools: dict[int, int]) -> tuple[str, str]:
     """Shell that sets every hugepage pool back to ``pools``, and those sizes in words."""
     if not pools:
         return "true", "no hugepage pools"
-    back = "; ".join(f"echo {count} > {hugepages_path(kib)}" for kib, count in pools.items())
+    # Pools that shrink first: the pages they give back are what a growing pool (1 GiB pages
+    # most of all, which need contiguous memory) may need.
+    shrink = "; ".join(
+        f'read n < {hugepages_path(kib)} && [ "$n" -gt {count} ] && echo {count} > '
+        f"{hugepages_path(kib)}"
+        for kib, count in pools.items()
+    )
+    back = (
+        shrink
+        + "; "
+        + "; ".join(f"echo {count} > {hugepages_path(kib)}" for kib, count in pools.items())
+    )
     sizes = ", ".join(f"{kib} KiB: {count}" for kib, count in pools.items())
     return f"{{ {back}; }}", f"hugepage pools {sizes}"
 

@@ -25,24 +25,42 @@ let
   hugepageUnit = "tenstorrent-hugepages.service";
 
   # Other writers of hugepage pools at boot. boot.kernel.sysfs (nixpkgs
-  # nixos/modules/config/sysfs.nix) writes a /sys attribute, named one path component per
-  # attribute, from a nixos-sysfs@ unit ordered only before sysinit.target, as this reservation
-  # is: the two would race on the same pool. boot.kernel.sysctl."vm.nr_hugepages"
-  # (nixos/modules/config/sysctl.nix, applied by systemd-sysctl.service) sizes the pool of the
-  # default page size. Read only where those options are declared: tests/eval/module-eval.nix
-  # evaluates this module without nixpkgs' modules.
+  # nixos/modules/config/sysfs.nix) writes /sys attributes, named one path component per
+  # attribute and possibly by glob, from nixos-sysfs@ units ordered only before sysinit.target,
+  # as this reservation is: the two would race on the same pool. The pool of one page size is
+  # written at kernel/mm/hugepages/hugepages-<size>kB/nr_hugepages, or per NUMA node at
+  # devices/system/node/node<N>/hugepages/hugepages-<size>kB/nr_hugepages (kernel
+  # Documentation/admin-guide/mm/hugetlbpage.rst), so any nr_hugepages attribute whose parent
+  # is that size's directory or a glob that may match it counts. boot.kernel.sysctl
+  # ."vm.nr_hugepages" (nixos/modules/config/sysctl.nix, applied by systemd-sysctl.service)
+  # sizes the pool of the default page size. Read only where those options are declared:
+  # tests/eval/module-eval.nix evaluates this module without nixpkgs' modules.
   declared = path: lib.hasAttrByPath path options;
-  sysfsPool =
+  writesReservedPool =
+    path:
+    let
+      parent = lib.elemAt path (lib.length path - 2);
+    in
+    lib.length path >= 2
+    && lib.last path == "nr_hugepages"
+    && (parent == "hugepages-${toString hugepages.sizeKiB}kB" || builtins.match ".*[*?[].*" parent != null);
+  # The sysfs settings that write the reserved pool, as "a.b.c (value)", walked as sysfs.nix
+  # walks them (mapAttrsToListRecursive; null values are ignored there too).
+  sysfsPoolWriters =
+    let
+      walk =
+        path: value:
+        if lib.isAttrs value && !lib.isDerivation value then
+          lib.concatLists (lib.mapAttrsToList (name: walk (path ++ [ name ])) value)
+        else
+          lib.optional (value != null && writesReservedPool path) "boot.kernel.sysfs.${
+            lib.concatMapStringsSep "." lib.strings.escapeNixIdentifier path
+          } (${toString value})";
+    in
     if hugepages == null || !declared [ "boot" "kernel" "sysfs" ] then
-      null
+      [ ]
     else
-      lib.attrByPath [
-        "kernel"
-        "mm"
-        "hugepages"
-        "hugepages-${toString hugepages.sizeKiB}kB"
-        "nr_hugepages"
-      ] null config.boot.kernel.sysfs;
+      walk [ ] config.boot.kernel.sysfs;
   sysctlHugepages =
     if declared [ "boot" "kernel" "sysctl" ] then
       config.boot.kernel.sysctl."vm.nr_hugepages" or null
@@ -240,8 +258,8 @@ in
         inherit message;
       }) core.failedAssertions
       ++ lib.optional (hugepages != null) {
-        assertion = sysfsPool == null;
-        message = "boot.kernel.sysfs.kernel.mm.hugepages.\"hugepages-${toString hugepages.sizeKiB}kB\".nr_hugepages (${toString sysfsPool}) sets the pool that services.tenstorrent-serving.hugepages reserves (${toString hugepages.count} x ${hugepages.size}), and both write it at boot in no set order: remove the boot.kernel.sysfs setting and set services.tenstorrent-serving.hugepages.count instead.";
+        assertion = sysfsPoolWriters == [ ];
+        message = "${lib.concatStringsSep ", " sysfsPoolWriters} ${if lib.length sysfsPoolWriters == 1 then "sets" else "set"} the pool that services.tenstorrent-serving.hugepages reserves (${toString hugepages.count} x ${hugepages.size}), and both write it at boot in no set order: remove the boot.kernel.sysfs setting and set services.tenstorrent-serving.hugepages.count instead.";
       };
     warnings =
       core.warnings

@@ -314,6 +314,12 @@ in
       };
       otherPool = messages {
         boot.kernel.sysfs.kernel.mm.hugepages."hugepages-2048kB".nr_hugepages = 4;
+        boot.kernel.sysfs.devices.system.node.node0.hugepages."hugepages-2048kB".nr_hugepages = 4;
+      };
+      # Per NUMA node, and by glob (nixos/modules/config/sysfs.nix allows globs per component).
+      perNode = messages {
+        boot.kernel.sysfs.devices.system.node.node0.hugepages."hugepages-1048576kB".nr_hugepages = 2;
+        boot.kernel.sysfs.devices.system.node."node[1-3]".hugepages."hugepages-*".nr_hugepages = 1;
       };
       sysctl = messages { boot.kernel.sysctl."vm.nr_hugepages" = 16; };
     };

@@ -266,8 +266,16 @@ def test_other_writers_of_the_hugepage_pool_are_refused_or_warned(nixos: dict[st
     writers = nixos["otherHugepageWriters"]
     assert writers["none"]["assertions"] == []
     (message,) = writers["samePool"]["assertions"]
-    assert 'boot.kernel.sysfs.kernel.mm.hugepages."hugepages-1048576kB".nr_hugepages' in message
+    assert (
+        "boot.kernel.sysfs.kernel.mm.hugepages.hugepages-1048576kB.nr_hugepages (4) sets" in message
+    )
     assert "set services.tenstorrent-serving.hugepages.count instead" in message
+    (per_node,) = writers["perNode"]["assertions"]
+    assert (
+        "boot.kernel.sysfs.devices.system.node.node0.hugepages.hugepages-1048576kB.nr_hugepages "
+        '(2), boot.kernel.sysfs.devices.system.node."node[1-3]".hugepages."hugepages-*"'
+        ".nr_hugepages (1) set the pool"
+    ) in per_node
     assert writers["otherPool"]["assertions"] == []
     assert writers["sysctl"]["assertions"] == []
     (warning,) = set(writers["sysctl"]["warnings"]) - set(writers["none"]["warnings"])

@@ -4,8 +4,8 @@ driver, then guests and stub, then the scenario, with the CLI and the plugin on 
 Every import of a ``vmtests`` module, at any depth of a file (lazy imports included), must go
 to a layer the importing layer may use. Inside the scenario the same holds between its groups
 (``SCENARIO``): collection, then judgement, beside them the install step, then the controls and
-the runner. A new upward or sideways arrow fails here with the file, the line and the rule it
-breaks.
+the runner, and on top the prepared states. A new upward or sideways arrow fails here with the
+file, the line and the rule it breaks.
 """
 
 from __future__ import annotations
@@ -54,7 +54,9 @@ ALLOWED: dict[str, set[str]] = {
         "report",  # write_atomic: certificates are written like the scenario's reports
     },
     "report": {"contracts", "profiles", "scenario"},
-    "bench": {"contracts", "driver", "guest", "stub"},
+    # The driver's figures, and the snapshots' against the same steps without them, which
+    # need the scenario's deployment and controls.
+    "bench": {"contracts", "driver", "guest", "stub", "nixcore", "profiles", "scenario"},
     "cli": {"*"},
     "pytest_plugin": {"*"},
     "__init__": set(),
@@ -69,6 +71,9 @@ SCENARIO: dict[str, set[str]] = {
     "install": set(),
     "controls": {"collection", "judgement", "install"},
     "runner": {"collection", "judgement", "install"},
+    # The prepared states the scenario, the controls and the certification start from, and
+    # the controls' guests restored in the state each one declares.
+    "prepared": {"collection", "install", "controls"},
     "__init__": set(),
 }
 

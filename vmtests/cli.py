@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from vmtests.certify.command import add_parser as add_certify_parser
@@ -36,6 +38,7 @@ from vmtests.contracts.serving import SERVING_CONTAINER
 from vmtests.contracts.settings import NO_CONTAINER, SettingError, Settings, settings
 from vmtests.contracts.status import ExitStatus, RunStatus, UsageError
 from vmtests.driver.errors import DriverError
+from vmtests.driver.lanes import run_in_lanes
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
 from vmtests.guest import REFERENCE_TARGET, SSH_TARGET_PREFIX, TARGET_FORMS
@@ -46,16 +49,19 @@ from vmtests.guest.targets import TargetError, machine_from_target
 from vmtests.profiles import Profile, ProfileError, available_profiles, load_profile
 from vmtests.report import write_controls_report, write_prometheus, write_scenario_report
 from vmtests.scenario.collection.redact import redact_text
-from vmtests.scenario.controls.run import ControlsRun, run_all_controls
+from vmtests.scenario.controls.run import ControlsRun
 from vmtests.scenario.install.reference_switch import ReferenceSwitch
 from vmtests.scenario.install.switching import PROFILE_FIELD, CommandSwitch, Switcher
-from vmtests.scenario.judgement.results import CheckResult
+from vmtests.scenario.prepared import base_deployed, controls_jobs, prepared_reference_guest
 from vmtests.scenario.runner.preflight import PreflightRefused, run_preflight
 from vmtests.scenario.runner.recovery import OnFailure
 from vmtests.scenario.runner.run_plan import RunPlan, render_run_plan
 from vmtests.scenario.runner.scenario import Scenario, ScenarioResult
 
 SELFTEST_PROFILES = ("cfx-llm2", "resident")
+SELFTEST_LANES = 2
+"""Guests the selftest runs at once at most: each guest uses about one core under TCG, and two
+side by side do more in the same time than one (docs/ci-time.md)."""
 BASE_PROFILE = "baseline"
 
 
@@ -128,6 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated profiles to run the scenario for",
     )
     selftest.add_argument("--skip-controls", action="store_true", help="scenario only")
+    selftest.add_argument(
+        "--lanes",
+        type=int,
+        default=min(SELFTEST_LANES, os.cpu_count() or 1),
+        help="guests run at once (default: %(default)s, one per core up to two)",
+    )
     commands.add_parser("bench", help="driver benchmarks (vmtests.bench)", add_help=False)
     add_certify_parser(commands)
     cache_key = commands.add_parser(
@@ -388,41 +400,42 @@ def command_check(args: argparse.Namespace) -> int:
 
 
 def command_selftest(args: argparse.Namespace) -> int:
-    """``vmtests selftest``: the scenario per profile, then the negative controls."""
+    """``vmtests selftest``: the scenario per profile, then the negative controls, each on a
+    guest of its own, ``--lanes`` guests at a time."""
     profiles = [_load(name.strip()) for name in args.profiles.split(",") if name.strip()]
     if not profiles:
         raise UsageError("--profiles names no profile")
     guest = write_guest_description(args.report_dir / "guest.json")
     print("Reference guest built from instrumentation contract fields: " + ", ".join(guest))
-    ok = True
+    switches = [ReferenceSwitch(profile) for profile in profiles]
     controls = ControlsRun()
-    false_alarms: list[CheckResult] = []
-    for index, profile in enumerate(profiles):
-        switch = ReferenceSwitch(profile)
-        print(f"{profile.name}: {switch.description}")
-        with (
-            tempfile.TemporaryDirectory(prefix="vmtests-selftest-") as state,
-            _machine(REFERENCE_TARGET, Path(state)) as machine,
-        ):
-            result = run_scenario_on(
-                machine, profile, switch, args.report_dir / profile.name, target=REFERENCE_TARGET
-            )
-            ok = ok and result.ok
+    with tempfile.TemporaryDirectory(prefix="vmtests-selftest-") as state:
+        jobs: list[Callable[[], ScenarioResult | None]] = [
+            partial(_selftest_scenario, switch, Path(state), args) for switch in switches
+        ]
+        # The controls start from the first profile's target.
+        more = [] if args.skip_controls else controls_jobs(Path(state), switches[0], controls)
+        results: list[ScenarioResult | None] = []
+        try:
+            results = run_in_lanes([*jobs, *more], args.lanes)[: len(jobs)]
+        finally:
+            controls.in_order()
             # Every profile's scenario runs a correct configuration: its failures are false
             # alarms too.
-            false_alarms += result.failures
-            print(f"{profile.name}: scenario {'passed' if result.ok else 'FAILED'}")
-            # The controls reuse the first guest: each one resets it to the target first.
-            if index == 0 and not args.skip_controls:
-                try:
-                    run_all_controls(machine, switch, controls)
-                finally:
-                    write_controls_report(
-                        controls.report_outcomes,
-                        false_alarms + controls.report_false_alarms,
-                        args.report_dir / "controls",
-                        controls.correct,
-                    )
+            false_alarms = [
+                failure
+                for result in results
+                if isinstance(result, ScenarioResult)
+                for failure in result.failures
+            ]
+            if more:
+                write_controls_report(
+                    controls.report_outcomes,
+                    false_alarms + controls.report_false_alarms,
+                    args.report_dir / "controls",
+                    controls.correct,
+                )
+    ok = all(isinstance(result, ScenarioResult) and result.ok for result in results)
     outcomes = controls.report_outcomes
     false_alarms += controls.report_false_alarms
     if outcomes:
@@ -430,13 +443,28 @@ def command_selftest(args: argparse.Namespace) -> int:
         for outcome in outcomes:
             print(
                 f"  {'detected' if outcome.detected else 'NOT DETECTED'}: {outcome.name}: "
-                f"{redact_text(outcome.message)}"
+                f"{redact_text(outcome.message)} ({outcome.seconds:.0f} s)"
             )
     print(f"False alarms on the correct configurations: {len(false_alarms)}")
     for alarm in false_alarms:
         print(f"  {redact_text(str(alarm))}")
     ok = ok and all(o.detected for o in outcomes) and not false_alarms
     return ExitStatus.OK if ok else ExitStatus.FAILED
+
+
+def _selftest_scenario(
+    switch: ReferenceSwitch, state: Path, args: argparse.Namespace
+) -> ScenarioResult:
+    """One profile's scenario, from the base deployment (restored from a snapshot when one was
+    saved, ``vmtests.guest.snapshot_cache``; S0, the switch and the reboot are real)."""
+    name = switch.profile.name
+    with prepared_reference_guest(state / name, base_deployed(switch), f"scenario-{name}") as ready:
+        print(f"{name}: {switch.description}; guest {ready.how}")
+        result = run_scenario_on(
+            ready.machine, switch.profile, switch, args.report_dir / name, target=REFERENCE_TARGET
+        )
+    print(f"{name}: scenario {'passed' if result.ok else 'FAILED'}")
+    return result
 
 
 def command_cache_key(args: argparse.Namespace) -> int:

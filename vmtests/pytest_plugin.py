@@ -206,15 +206,19 @@ def reference_image() -> ReferenceImage:
 def shared_reference_guest(
     reference_image: ReferenceImage, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[QemuMachine]:
-    """One reference guest booted once and shared by every test that can share it.
+    """One reference guest started once and shared by every test that can share it: booted and
+    settled, restored from the snapshot cache when it can be.
 
     Such a test leaves the guest running and answering (it may reboot it). Its tests run on
-    one xdist worker (marker ``xdist_group``), so the guest boots once per session.
+    one xdist worker (marker ``xdist_group``), so the guest starts once per session.
     """
-    from vmtests.guest.image import start_reference_guest  # noqa: PLC0415
+    from vmtests.guest.image import SETTLED, start_reference_guest  # noqa: PLC0415
 
     guest = start_reference_guest(
-        tmp_path_factory.mktemp("shared-guest"), name="shared", image=reference_image
+        tmp_path_factory.mktemp("shared-guest"),
+        name="shared",
+        image=reference_image,
+        preparation=SETTLED,
     )
     try:
         yield guest

@@ -1,6 +1,7 @@
-"""What the certification's VM tests share: one reference guest per module, serving cfx-llm2
-(the stub in a container), with the production profile deployed as the module renders it; the
-stub's knobs set in the stub device layer's knobs file and applied by a restart."""
+"""What the certification's VM tests share: a reference guest serving cfx-llm2 (the stub in a
+container), with the production profile deployed as the module renders it, restored from the
+snapshot cache (the state the negative controls start from); the stub's knobs set in the stub
+device layer's knobs file and applied by a restart."""
 
 from __future__ import annotations
 
@@ -14,15 +15,14 @@ from vmtests.certify.arms import reference_switch
 from vmtests.certify.context import Options
 from vmtests.certify.model import CertificationResult
 from vmtests.certify.run import certify
-from vmtests.contracts.instrumentation import GUEST_MEMORY_MB
 from vmtests.contracts.serving import SERVING_PORT, SERVING_UNIT
 from vmtests.driver.qemu import QemuMachine
 from vmtests.guest import REFERENCE_TARGET
-from vmtests.guest.image import ReferenceImage, start_reference_guest
-from vmtests.guest.stub_image import DISK_SERIAL, stub_image
 from vmtests.guest.stub_layer import set_stub_knobs
 from vmtests.profiles import load_profile
+from vmtests.scenario.install.reference_switch import ReferenceSwitch
 from vmtests.scenario.install.switching import wait_ready
+from vmtests.scenario.prepared import prepared_reference_guest, target_serving
 
 KILL_DROP_IN = f"/etc/systemd/system/{SERVING_UNIT}.d/91-vmtests-kill.conf"
 CI_TIME_SCALE = "0.05"
@@ -31,10 +31,6 @@ CI_TIME_SCALE = "0.05"
 AB_TIME_SCALE = "0.5"
 # Resident decode and argmax both at 1.0: the two arms differ in configuration, not in speed.
 NO_EFFECT = json.dumps({"deviceResident": 1.0, "deviceArgmax": 1.0})
-# The boot-time hugepage reservation (the cfx-llm2 profile's 2 x 1 GiB) on the kernel command
-# line: the runtime reservation of the scenario's install step costs minutes of memory
-# compaction under TCG; the units and checks are the same.
-HUGEPAGES_CMDLINE = "hugepagesz=1G hugepages=2"
 
 
 def set_knobs(machine: QemuMachine, **env: str) -> None:
@@ -44,25 +40,12 @@ def set_knobs(machine: QemuMachine, **env: str) -> None:
     wait_ready(machine, SERVING_PORT, timeout=180)
 
 
-def serving_guest(
-    reference_image: ReferenceImage, tmp_path_factory: pytest.TempPathFactory, name: str
-) -> Iterator[QemuMachine]:
-    """One reference guest serving cfx-llm2 (stub); a test module's ``guest`` fixture."""
-    machine = start_reference_guest(
-        tmp_path_factory.mktemp(f"{name}-guest"),
-        name=name,
-        image=reference_image,
-        memory_mb=GUEST_MEMORY_MB,
-        forward_ports=(SERVING_PORT,),
-        append_extra=HUGEPAGES_CMDLINE,
-        # The stub image on a read-only disk, as machine_from_target attaches it.
-        data_disks={DISK_SERIAL: stub_image().disk},
-    )
-    try:
-        reference_switch(load_profile("cfx-llm2")).prepare_base(machine)
-        yield machine
-    finally:
-        machine.close()
+def serving_guest(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[QemuMachine]:
+    """A reference guest serving cfx-llm2 (stub), closed after use; the ``guest`` fixture."""
+    switch = ReferenceSwitch(load_profile("cfx-llm2"))
+    state_dir = tmp_path_factory.mktemp(f"{name}-guest")
+    with prepared_reference_guest(state_dir, target_serving(switch), name) as prepared:
+        yield prepared.machine
 
 
 def run(

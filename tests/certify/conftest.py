@@ -8,15 +8,13 @@ import pytest
 from certify_vm_support import serving_guest
 
 from vmtests.driver.qemu import QemuMachine
-from vmtests.guest.image import ReferenceImage
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def guest(
-    request: pytest.FixtureRequest,
-    reference_image: ReferenceImage,
-    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[QemuMachine]:
-    """One reference guest serving cfx-llm2 (stub) per test module, shared by its tests."""
-    name = request.module.__name__.removeprefix("test_").removesuffix("_vm").replace("_", "-")
-    yield from serving_guest(reference_image, tmp_path_factory, name)
+    """A reference guest serving cfx-llm2 (stub) for one test, restored from the snapshot cache:
+    the tests share no guest, so they run on whichever worker is free."""
+    name = request.node.originalname.removeprefix("test_").replace("_", "-")[:40]
+    yield from serving_guest(tmp_path_factory, name)

@@ -1,20 +1,20 @@
-"""``vmtests certify`` end to end against ONE reference guest with the stub (CI): every gate,
-the A/B included.
+"""``vmtests certify`` end to end against reference guests with the stub (CI): every gate, the
+A/B included.
 
-The guest is booted once for this module with the production profile deployed as the module
-renders it (the stub in a container); each test sets the stub's knobs it needs in the stub
-device layer's knobs file (``/etc``, read by the container as ``--env-file``, a durable place,
-so the preflight's persistence checks stay clean; the file is replaced whole, so no test
-inherits another's knobs) and restarts the unit through systemd. CI time is kept small by the
-stub's time scale, never by lowering the gates' request counts.
+Each test gets its own guest with the production profile deployed as the module renders it (the
+stub in a container), restored from the snapshot cache; it sets the stub's knobs it needs in
+the stub device layer's knobs file (``/etc``, read by the container as ``--env-file``, a
+durable place, so the preflight's persistence checks stay clean) and restarts the unit through
+systemd. CI time is kept small by the stub's time scale, never by lowering the gates' request
+counts.
 
 Each gate is shown passing (the correct configuration certifies) and failing (fault knobs, a
 memory hog, a SIGKILL on stop). The A/B runs 2 ABBA blocks here instead of the default 3 (the
 per-run request count is unchanged), at a larger time scale than the other gates: a configured
 step factor leaves the noise band in the right direction, no factor stays inside, and an
-interrupt in the middle of an arm leaves the host on the configuration it started from. One
-guest for all of them rather than two in parallel: the run is bound by the sum of the guests'
-work on two cores, and a second guest costs a boot and a deployment (``docs/ci-time.md``).
+interrupt in the middle of an arm leaves the host on the configuration it started from. A
+restore costs seconds where a boot and a deployment cost minutes, so the tests share no guest
+and run on whichever worker is free (``docs/ci-time.md``).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from vmtests.profiles import load_profile
 from vmtests.scenario.install.switching import NoSwitch
 from vmtests.stub import knobs
 
-pytestmark = [pytest.mark.vm, pytest.mark.guest_seconds(878)]
+pytestmark = [pytest.mark.vm]
 
 
 def test_correct_configuration_certifies(guest: QemuMachine, tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
 """No QEMU or ssh process outlives a test session: failed test, Ctrl-C, or a killed pytest.
 
-Each case runs a child pytest session (with this suite's plugin) that boots a guest, then
-fails, is interrupted with SIGINT, or is SIGKILLed. Afterwards no process whose command line
-names the child's base temp directory (QEMU's disk, ssh's known_hosts) may remain.
+Each case runs a child pytest session (with this suite's plugin) that boots a guest or restores
+one from the snapshot cache, then fails, is interrupted with SIGINT, or is SIGKILLed. Afterwards
+no process whose command line names the child's base temp directory (QEMU's disk, ssh's
+known_hosts) may remain.
 """
 
 from __future__ import annotations
@@ -20,11 +21,15 @@ from driver_support import processes_matching
 pytestmark = pytest.mark.vm
 
 CHILD_TESTS = """
-import os
+import time
+import pytest
 from vmtests.guest.access import ssh_to_guest
+from vmtests.guest.image import SETTLED
 
-def test_boots_opens_ssh_then_fails(reference_guest, tmp_path):
-    guest = reference_guest(name="cleanup", accel="tcg")
+@pytest.mark.parametrize("how", ["booted", "restored"])
+def test_opens_ssh_then_fails(reference_guest, tmp_path, how):
+    options = {"preparation": SETTLED} if how == "restored" else {}
+    guest = reference_guest(name="cleanup", accel="tcg", **options)
     session = ssh_to_guest(guest, tmp_path / "ssh")
     session.start()
     assert session.succeed("echo over-ssh") == "over-ssh\\n"
@@ -32,6 +37,10 @@ def test_boots_opens_ssh_then_fails(reference_guest, tmp_path):
 
 def test_boot_forever(reference_guest):
     reference_guest(name="cleanup", accel="tcg", boot_timeout=900)
+
+def test_restored_forever(reference_guest):
+    reference_guest(name="cleanup", accel="tcg", preparation=SETTLED)
+    time.sleep(900)
 """
 
 
@@ -83,8 +92,9 @@ def _assert_nothing_left(needle: str, timeout: float = 15) -> None:
     assert not left, f"processes outlived the child session after {timeout}s: {left}"
 
 
-def test_nothing_outlives_a_deliberately_failing_test(tmp_path: Path) -> None:
-    proc, basetemp = _child(tmp_path, "fails")
+@pytest.mark.parametrize("how", ["booted", "restored"])
+def test_nothing_outlives_a_deliberately_failing_test(tmp_path: Path, how: str) -> None:
+    proc, basetemp = _child(tmp_path, f"fails and {how}")
     output = proc.communicate(timeout=600)[0]
     assert proc.returncode == 1, output
     assert "deliberate failure with a guest and an ssh session open" in output
@@ -93,10 +103,11 @@ def test_nothing_outlives_a_deliberately_failing_test(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
+@pytest.mark.parametrize("child", ["boot_forever", "restored_forever"])
 def test_nothing_outlives_an_interrupted_or_killed_session(
-    tmp_path: Path, signum: signal.Signals
+    tmp_path: Path, signum: signal.Signals, child: str
 ) -> None:
-    proc, basetemp = _child(tmp_path, "forever")
+    proc, basetemp = _child(tmp_path, child)
     _wait_for_qemu(str(basetemp), proc)
     proc.send_signal(signum)
     output = proc.communicate(timeout=120)[0]

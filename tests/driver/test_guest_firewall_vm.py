@@ -17,6 +17,7 @@ from vmtests.contracts.serving import SERVING_PORT
 from vmtests.driver.errors import WaitTimeout
 from vmtests.driver.qemu import QemuMachine
 from vmtests.guest.firewall import APPLY, FIREWALL_UNIT, firewall_files
+from vmtests.guest.image import SETTLED
 
 pytestmark = pytest.mark.vm
 
@@ -34,7 +35,7 @@ def _apply(guest: QemuMachine, tcp_ports: Sequence[int] | None) -> None:
 def test_a_closed_serving_port_times_out_from_the_host(
     reference_guest: Callable[..., QemuMachine],
 ) -> None:
-    guest = reference_guest(name="firewall", forward_ports=(SERVING_PORT,))
+    guest = reference_guest(name="firewall", forward_ports=(SERVING_PORT,), preparation=SETTLED)
     guest.succeed(
         f"systemd-run --unit {PROBE_UNIT} /usr/bin/python3 -m http.server --bind 0.0.0.0 "
         f"{SERVING_PORT}"

@@ -1,12 +1,15 @@
-"""The persistence scenario of the first selftest profile (cfx-llm2), then the negative controls
-on the same guest, as ``vmtests selftest`` runs them: the correct configuration raises no alarm,
-each real persistence failure is caught, each with its own message; then the container path: a
-leftover container is stopped gracefully by the module's pre-start and never killed, and
-oci-containers' own ``docker rm -f`` pre-start is caught by the same check (exit code 137).
+"""The persistence scenario of the first selftest profile (cfx-llm2), then the negative controls,
+as ``vmtests selftest`` runs them: the correct configuration raises no alarm, each real
+persistence failure is caught, each with its own finding; then the container path: a leftover
+container is stopped gracefully by the module's pre-start and never killed, and oci-containers'
+own ``docker rm -f`` pre-start is caught by the same check (exit code 137).
 
-One guest for all of it: the run is bound by the sum of the guests' work on two cores, and
-another guest would cost a boot and a base deployment (``docs/ci-time.md``). Each control
-resets the guest to the target first, so the scenario before them is only their starting point.
+The scenario starts on a guest restored with the base serving (``base_deployed``; its switch and
+reboot are real). Each control starts on a guest of its own, restored from a snapshot of the
+state its catalogue entry declares (``starts_from``: the target serving, or installed and
+stopped; ``vmtests.scenario.prepared``): no control inherits anything from the one before it,
+and no reset runs before it (``docs/ci-time.md``). Without snapshots
+(``VMTESTS_SNAPSHOTS=off``) the controls share one guest, reset between them.
 """
 
 from __future__ import annotations
@@ -16,26 +19,29 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from vm_support import assert_scenario_passed, reference_machine, run_scenario
+from vm_support import assert_scenario_passed, base_guest, run_scenario
 
 from vmtests.cli import SELFTEST_PROFILES
 from vmtests.contracts.findings import Check, Finding, Reason
 from vmtests.contracts.serving import SERVING_UNIT
 from vmtests.driver.qemu import QemuMachine
+from vmtests.profiles import load_profile
 from vmtests.report import write_controls_report
 from vmtests.scenario.collection.snapshot import CONTAINER_LOG
 from vmtests.scenario.controls.catalogue import CONTROLS, RM_F
 from vmtests.scenario.controls.container_stop import SIGTERM
 from vmtests.scenario.controls.control import Control
-from vmtests.scenario.controls.run import ControlsRun, run_all_controls
+from vmtests.scenario.controls.run import ControlsRun
 from vmtests.scenario.install.reference_switch import ReferenceSwitch
 from vmtests.scenario.judgement.server_config import ENGINE_LINE
+from vmtests.scenario.prepared import controls_jobs
 from vmtests.scenario.runner.scenario import Scenario
 
 pytestmark = [pytest.mark.vm, pytest.mark.nix, pytest.mark.guest_seconds(620)]
 
 PROFILE = SELFTEST_PROFILES[0]
-"""The profile whose scenario guest the controls reuse (``vmtests selftest``'s first)."""
+"""The profile of the scenario, and whose target the controls start from (``vmtests
+selftest``'s first)."""
 
 
 class ScenarioGuest(NamedTuple):
@@ -50,22 +56,26 @@ class ScenarioGuest(NamedTuple):
 def scenario_guest(
     tmp_path_factory: pytest.TempPathFactory, vmtests_report_dir: Path
 ) -> Iterator[ScenarioGuest]:
-    """A fresh guest that has run ``PROFILE``'s scenario (report in ``<PROFILE>``)."""
+    """A guest restored with the base serving that has run ``PROFILE``'s scenario (report in
+    ``<PROFILE>``)."""
     report_dir = vmtests_report_dir / PROFILE
-    with reference_machine(tmp_path_factory.mktemp("scenario"), name=f"scenario-{PROFILE}") as m:
-        yield ScenarioGuest(m, run_scenario(m, PROFILE, report_dir), report_dir)
+    with base_guest(tmp_path_factory.mktemp("scenario"), PROFILE) as machine:
+        yield ScenarioGuest(machine, run_scenario(machine, PROFILE, report_dir), report_dir)
 
 
 @pytest.fixture(scope="module")
-def control_run(scenario_guest: ScenarioGuest, vmtests_report_dir: Path) -> ControlsRun:
-    """On the scenario's guest: every control (``run_all_controls``); the report (``controls``)
-    is written even when a control fails to run."""
-    switch = scenario_guest.scenario.switcher
-    assert isinstance(switch, ReferenceSwitch)
+def control_run(tmp_path_factory: pytest.TempPathFactory, vmtests_report_dir: Path) -> ControlsRun:
+    """Every control, each on a fresh guest in the state it starts from (``PROFILE``'s target,
+    ``controls_jobs``); the report (``controls``) is written even when a control fails to
+    run."""
+    switch = ReferenceSwitch(load_profile(PROFILE))
     run = ControlsRun()
     try:
-        return run_all_controls(scenario_guest.machine, switch, run)
+        for job in controls_jobs(tmp_path_factory.mktemp("controls"), switch, run):
+            job()
+        return run
     finally:
+        run.in_order()
         write_controls_report(
             run.report_outcomes,
             run.report_false_alarms,

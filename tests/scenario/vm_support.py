@@ -1,5 +1,5 @@
-"""A reference guest for the scenario's VM tests, always closed, even on failure or Ctrl-C; the
-persistence scenario on it, and what a passing scenario must show."""
+"""A reference guest for the scenario's VM tests, serving the base and always closed, even on
+failure or Ctrl-C; the persistence scenario on it, and what a passing scenario must show."""
 
 from __future__ import annotations
 
@@ -10,22 +10,23 @@ from pathlib import Path
 from vmtests.driver.qemu import QemuMachine
 from vmtests.guest import REFERENCE_TARGET
 from vmtests.guest.firewall import FIREWALL_UNIT
-from vmtests.guest.targets import machine_from_target
 from vmtests.profiles import load_profile
 from vmtests.report import write_scenario_report
 from vmtests.scenario.install.reference_switch import ReferenceSwitch
+from vmtests.scenario.prepared import base_deployed, prepared_reference_guest
 from vmtests.scenario.runner.scenario import Scenario
 
 
 @contextmanager
-def reference_machine(state_dir: Path, name: str = "reference") -> Iterator[QemuMachine]:
-    """A not-yet-started reference guest with the contract's memory and vCPUs."""
-    machine = machine_from_target(REFERENCE_TARGET, state_dir, name=name)
-    assert isinstance(machine, QemuMachine)
-    try:
-        yield machine
-    finally:
-        machine.close()
+def base_guest(state_dir: Path, profile_name: str) -> Iterator[QemuMachine]:
+    """A reference guest (the contract's memory and vCPUs) serving the base configuration,
+    restored from the snapshot cache when it was saved (``vmtests.scenario.prepared``); the
+    scenario on it finds the base served (S0 is taken there) and switches and reboots for real.
+    """
+    switch = ReferenceSwitch(load_profile(profile_name))
+    name = f"scenario-{profile_name}"
+    with prepared_reference_guest(state_dir, base_deployed(switch), name) as prepared:
+        yield prepared.machine
 
 
 def run_scenario(machine: QemuMachine, profile_name: str, report_dir: Path) -> Scenario:

@@ -177,6 +177,11 @@ class Settings:
     error where none can run), ``renderer`` (rendered from the Nix core) or ``auto`` (``nixos``
     where a nixpkgs tree is set up, else ``renderer``); every report says which ran and why."""
 
+    snapshots: str = setting("VMTESTS_SNAPSHOTS", "on", choices=("on", "off"))
+    """Whether reference guests start from the snapshot cache (``<cache>/snapshots``): ``on``
+    saves a prepared guest once and restores it for every later test; ``off`` boots and
+    prepares every guest (the negative controls then share one guest, reset between them)."""
+
     # ---- per host: also a host's ``--host-config`` file and a target's query options ----------
 
     ready_timeout: float = setting(

@@ -184,3 +184,15 @@ def remember(key: str, usable: bool, reason: str) -> Verdict:
     partial.write_text(json.dumps(asdict(verdict), indent=2) + "\n")
     partial.replace(path)
     return verdict
+
+
+def planned(requested: str, qemu_binary: str) -> str | None:
+    """The accelerator a guest asking for ``requested`` will get, when known without launching:
+    ``tcg`` or ``kvm`` as asked, or ``auto``'s choice from ``/dev/kvm`` and the remembered
+    verdict; None when only a probe can tell."""
+    if requested != "auto":
+        return requested
+    if not kvm_usable():
+        return "tcg"
+    verdict = remembered(verdict_key(None, qemu_binary))
+    return None if verdict is None else ("kvm" if verdict.usable else "tcg")

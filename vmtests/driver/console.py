@@ -113,6 +113,26 @@ class SerialConsole:
             raw = bytes(self._data[self._starts[index] : end])
         return raw.decode("utf-8", errors="replace").replace("\r", "")
 
+    def raw(self, boot_index: int) -> bytes:
+        """The bytes of boot ``boot_index`` as they arrived (a saved guest keeps its console)."""
+        with self._cond:
+            if boot_index >= len(self._starts):
+                return b""
+            end = self._starts[boot_index + 1] if boot_index + 1 < len(self._starts) else None
+            return bytes(self._data[self._starts[boot_index] : end])
+
+    def wait_quiet(self, quiet: float, timeout: float) -> bool:
+        """Wait until no byte has arrived for ``quiet`` seconds; False after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                seen = len(self._data)
+                self._cond.wait(quiet)
+                if len(self._data) == seen:
+                    return True
+                if time.monotonic() >= deadline:
+                    return False
+
     def tail(self, lines: int = TAIL_LINES, boot_index: int | None = None) -> str:
         """The last ``lines`` lines of a boot's console, for error messages."""
         text = self.text(boot_index)

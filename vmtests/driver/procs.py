@@ -11,6 +11,9 @@ Three layers, because each covers a case the others miss:
 - callers kill their children in ``finally`` blocks (``reap``), the normal path.
 
 Every child gets its own session, so killing its process group also kills what it forked.
+``stop_children`` kills them all and refuses new ones until ``allow_children``: threads that
+drive guests side by side (``vmtests selftest``'s lanes) then fail at once instead of starting
+another guest while the run is being stopped.
 """
 
 from __future__ import annotations
@@ -27,10 +30,18 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
+from vmtests.driver.errors import MachineGone
+
 _PR_SET_PDEATHSIG = 1
 _registry: dict[int, str] = {}
 _registry_lock = threading.Lock()
 _handlers_installed = False
+_refusing = False
+
+
+class ChildrenRefused(MachineGone):
+    """``spawn`` was called between ``stop_children`` and ``allow_children``: the machine it
+    would start is gone before it began."""
 
 
 def child_setup() -> None:
@@ -57,14 +68,22 @@ def unregister(pid: int) -> None:
 
 
 def spawn(argv: Sequence[str], what: str, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
-    """Start ``argv`` in its own session with PR_SET_PDEATHSIG, registered for cleanup."""
-    proc = subprocess.Popen(
-        list(argv),
-        preexec_fn=child_setup,  # noqa: PLW1509  (only async-signal-safe work happens in it)
-        start_new_session=True,
-        **popen_kwargs,
-    )
-    register(proc.pid, what)
+    """Start ``argv`` in its own session with PR_SET_PDEATHSIG, registered for cleanup.
+
+    Raises ``ChildrenRefused`` after ``stop_children``. The child is started and registered
+    under the registry's lock, so ``stop_children`` either kills it or refuses it.
+    """
+    _install_handlers()
+    with _registry_lock:
+        if _refusing:
+            raise ChildrenRefused(f"not starting {what}: the run is being stopped")
+        proc = subprocess.Popen(
+            list(argv),
+            preexec_fn=child_setup,  # noqa: PLW1509  (only async-signal-safe work happens in it)
+            start_new_session=True,
+            **popen_kwargs,
+        )
+        _registry[proc.pid] = what
     return proc
 
 
@@ -98,6 +117,22 @@ def kill_all() -> None:
         _registry.clear()
     for pid in pids:
         kill_group(pid)
+
+
+def stop_children() -> None:
+    """Kill every registered child's process group and refuse new children (``spawn``) until
+    ``allow_children``."""
+    global _refusing  # noqa: PLW0603  (process-wide, like the registry)
+    with _registry_lock:
+        _refusing = True
+    kill_all()
+
+
+def allow_children() -> None:
+    """Let ``spawn`` start children again after ``stop_children``."""
+    global _refusing  # noqa: PLW0603
+    with _registry_lock:
+        _refusing = False
 
 
 def _install_handlers() -> None:

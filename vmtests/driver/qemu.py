@@ -23,7 +23,7 @@ from vmtests.contracts.instrumentation import (
 )
 from vmtests.contracts.settings import ACCELERATORS, REBOOT_MODES, Settings, settings
 from vmtests.driver import accel as accel_choice
-from vmtests.driver import procs, qemu_launch
+from vmtests.driver import procs, qemu_launch, qemu_snapshot
 from vmtests.driver.console import SerialConsole
 from vmtests.driver.errors import CommandFailed, DriverError, MachineGone, WaitTimeout
 from vmtests.driver.log import log
@@ -54,7 +54,8 @@ class QemuMachine(Machine):
     """A QEMU guest: the reference guest (direct boot) or a NixOS VM (its run script).
 
     A directly booted guest can get ``data_disks`` (serial -> file), attached read-only as
-    virtio disks (``/dev/disk/by-id/virtio-<serial>`` in the guest).
+    virtio disks (``/dev/disk/by-id/virtio-<serial>`` in the guest), and can start from a
+    saved guest (``restore_from``, ``vmtests.driver.qemu_snapshot``) instead of booting.
     """
 
     def __init__(
@@ -76,6 +77,7 @@ class QemuMachine(Machine):
         kvm_probe_timeout: float | None = None,
         reboot_mode: str | None = None,
         data_disks: Mapping[str, Path] | None = None,
+        restore_from: qemu_snapshot.SavedGuest | None = None,
     ) -> None:
         if (kernel is None) == (run_script is None):
             raise ValueError("give either kernel/initrd/base_disk (direct boot) or run_script")
@@ -87,6 +89,8 @@ class QemuMachine(Machine):
         self.base_disk, self.run_script = base_disk, run_script
         self.memory_mb, self.cpus = memory_mb, cpus
         self.data_disks = dict(data_disks or {})
+        self.restore_from = restore_from
+        self._incoming: str | None = None
         self.requested_accel = (accel or settings().accel).lower()
         if self.requested_accel not in ACCELERATORS:
             raise ValueError(f"accel must be one of {ACCELERATORS}: {accel!r}")
@@ -181,6 +185,9 @@ class QemuMachine(Machine):
             try:
                 if self.run_script is None:  # a NixOS run script brings its own QEMU
                     require_tools(qemu_launch.QEMU_BINARY, "qemu-img")
+                if self.restore_from is not None:
+                    self._restore(self.restore_from, deadline)
+                    return
                 if self.base_disk is not None:
                     qemu_launch.create_overlay(self.base_disk, self.overlay)
                 accel = self.requested_accel
@@ -197,14 +204,72 @@ class QemuMachine(Machine):
                             f"{self.name}: QEMU did not start under KVM, which was "
                             f"{self.accel_reason} (accel=kvm); QEMU said: {said}\n{error}"
                         ) from error
-                if self.reboot_mode == "restart":
-                    threading.Thread(
-                        target=self._follow_restarts, name=f"{self.name}-restarts", daemon=True
-                    ).start()
+                self._start_restart_follower()
                 self._wait_for_backdoor(deadline, not_boot_id=None)
             except BaseException:
                 self.close()
                 raise
+
+    def _start_restart_follower(self) -> None:
+        if self.reboot_mode == "restart":
+            threading.Thread(
+                target=self._follow_restarts, name=f"{self.name}-restarts", daemon=True
+            ).start()
+
+    def _restore(self, saved: qemu_snapshot.SavedGuest, deadline: float) -> None:
+        """Start from ``saved``: a fresh QEMU loads its memory and devices, on a fresh overlay
+        of its disk, and the saved boot goes on (no reboot: same boot ID, journal, processes).
+
+        The console capture begins with the saved boot's console, so that boot-scoped console
+        waits and logs stay whole. Used once: a later start boots this guest's disk.
+        """
+        with log.nested(f"restoring {self.name} from {saved.directory}"):
+            qemu_launch.create_overlay(saved.disk, self.overlay, base_format="qcow2")
+            self.console.feed(saved.console_bytes())
+            self._incoming = saved.incoming_uri
+            try:
+                self._launch(saved.accel)
+            finally:
+                self._incoming = None
+            self._start_restart_follower()
+            boot_id = qemu_snapshot.resume(self._qemu, saved, deadline)
+            self.restore_from = None
+            self._boot_id, self._boot_index = boot_id, max(0, self.console.boot_count - 1)
+            self._ready_launch, self._ready = self._launches, True
+            log.info(f"boot {boot_id} restored (console boot #{self._boot_index})")
+
+    def save(self, directory: Path) -> qemu_snapshot.SavedGuest:
+        """Save the running guest into ``directory``; it then goes on running
+        (``vmtests.driver.qemu_snapshot.save``). Only a directly booted guest can be saved: a
+        NixOS VM's run script shares the host's store over 9p, which QEMU will not migrate."""
+        if self.base_disk is None or self.accel_used is None:
+            raise DriverError(
+                f"{self.name}: only a started, directly booted guest can be saved "
+                "(a NixOS VM mounts the host's store over 9p, and QEMU refuses to migrate that)"
+            )
+        with self._lifecycle:
+            if not self._ready:
+                raise MachineGone(f"{self.name}: not answering (rebooting or stopped); not saved")
+            console, disks = (self.console, self._boot_index), (self.overlay, self.base_disk)
+            return qemu_snapshot.save(self._qemu, console, disks, self.accel_used, directory)
+
+    def identity(self, accel: str) -> list[str]:
+        """The QEMU command line that defines this guest under ``accel``: what every run of the
+        same guest shares. Not the socket paths, the run marker, TCG's thread mode or the
+        forwarded ports (slirp's forwards are the host's side: a guest saved with some restores
+        with others)."""
+        forwards, marker = self._forwards, self.marker
+        self._forwards = {}
+        self.marker = "vmtests-guest"
+        try:
+            spec = self._spec(accel, qemu_launch.PLACEHOLDER_SOCKETS)
+        finally:
+            self._forwards, self.marker = forwards, marker
+        overlay = str(self.overlay)
+        return [
+            word.replace(overlay, f"<overlay of {self.base_disk}>")
+            for word in qemu_launch.identity_argv([Path(spec.argv[0]).name, *spec.argv[1:]])
+        ]
 
     def choose_accel(self) -> str:
         """Decide ``accel=auto``: KVM when it is there and works, else TCG (``driver/accel.py``),
@@ -303,6 +368,7 @@ class QemuMachine(Machine):
             marker=self.marker,
             no_reboot=self.reboot_mode == "restart",
             data_disks=self.data_disks,
+            incoming=self._incoming,
         )
 
     def _wait_for_backdoor(self, deadline: float, not_boot_id: str | None) -> None:

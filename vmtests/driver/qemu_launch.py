@@ -19,8 +19,10 @@ sockets the driver listens on, and QMP listens on a third socket.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,11 +94,28 @@ def tcg_thread_mode(cpus: int, host_cores: int, guests_at_once: int) -> str:
     return "multi" if host_cores >= cpus * guests_at_once else "single"
 
 
+GUESTS_AT_ONCE: list[int] = []
+"""Guests this process runs at once, when it runs several (``guests_at_once``)."""
+
+
+@contextmanager
+def guests_at_once(count: int) -> Iterator[None]:
+    """Within the block this process runs ``count`` guests at once (``host_tcg_thread_mode``)."""
+    GUESTS_AT_ONCE.append(count)
+    try:
+        yield
+    finally:
+        GUESTS_AT_ONCE.pop()
+
+
 def host_tcg_thread_mode(cpus: int) -> str:
-    """``tcg_thread_mode`` for this host: the guests at once are pytest-xdist's workers (each
-    drives one guest at a time; xdist sets ``PYTEST_XDIST_WORKER_COUNT``), else one."""
+    """``tcg_thread_mode`` for this host: the guests at once are those of ``guests_at_once``,
+    else pytest-xdist's workers (each drives one guest at a time; xdist sets
+    ``PYTEST_XDIST_WORKER_COUNT``), else one."""
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
     guests = int(workers) if workers.isdigit() and int(workers) > 0 else 1
+    if GUESTS_AT_ONCE:
+        guests = GUESTS_AT_ONCE[-1]
     return tcg_thread_mode(cpus, os.cpu_count() or 1, guests)
 
 
@@ -136,11 +155,14 @@ def direct_spec(
     marker: str,
     no_reboot: bool = False,
     data_disks: Mapping[str, Path] | None = None,
+    incoming: str | None = None,
 ) -> LaunchSpec:
     """Command line of a directly booted guest (the reference guest).
 
     ``data_disks`` maps a serial (at most 20 characters) to a file attached read-only as a
-    virtio disk; the guest sees it as ``/dev/disk/by-id/virtio-<serial>``.
+    virtio disk; the guest sees it as ``/dev/disk/by-id/virtio-<serial>``. ``incoming`` is a
+    migration URI to load the guest's memory and devices from instead of booting
+    (``-incoming``, ``vmtests.driver.qemu_snapshot``).
     """
     disks: list[str] = []
     for index, (serial, path) in enumerate(sorted((data_disks or {}).items())):
@@ -181,6 +203,7 @@ def direct_spec(
         "virtio-net-pci,netdev=net0",
         *instrumentation_args(sockets, marker),
         *(["-no-reboot"] if no_reboot else []),
+        *(["-incoming", incoming] if incoming else []),
     ]
     return LaunchSpec(argv=argv)
 
@@ -234,7 +257,7 @@ def nixos_spec(
     return LaunchSpec(argv=[str(run_script), *args, *extra_args], env=env)
 
 
-def create_overlay(base_disk: Path, overlay: Path) -> None:
+def create_overlay(base_disk: Path, overlay: Path, base_format: str = "raw") -> None:
     """Create the qcow2 overlay on ``base_disk`` once; later starts keep its writes."""
     if overlay.exists():
         return
@@ -246,7 +269,7 @@ def create_overlay(base_disk: Path, overlay: Path) -> None:
             "-f",
             "qcow2",
             "-F",
-            "raw",
+            base_format,
             "-b",
             str(base_disk),
             str(overlay),
@@ -254,3 +277,14 @@ def create_overlay(base_disk: Path, overlay: Path) -> None:
         check=True,
         capture_output=True,
     )
+
+
+PLACEHOLDER_SOCKETS = Sockets(Path("<serial>"), Path("<backdoor>"), Path("<qmp>"))
+"""Socket paths standing in for a run's own in ``identity_argv``."""
+
+
+def identity_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` without what differs between two runs of the same guest: TCG's thread mode
+    (a host choice, ``host_tcg_thread_mode``) is left out. Build ``argv`` with
+    ``PLACEHOLDER_SOCKETS``, host ports 0 and a fixed marker and disk path first."""
+    return [re.sub(r"^tcg,thread=\w+$", "tcg", word) for word in argv]

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from vmtests.driver.qemu import QemuMachine
 
 STDERR_TAIL_CHARS = 3000
+QMP_TIMEOUT = 30.0
+"""Seconds one QMP command may take (``qmp_call``); long jobs are polled, never awaited."""
 
 
 class QemuProcess:
@@ -123,6 +125,27 @@ class QemuProcess:
         except Exception as error:  # qemu.qmp raises several unrelated types here
             if self.running and command != "quit":
                 raise DriverError(f"{self._machine.name}: QMP {command} failed: {error}") from error
+
+    def qmp_call(self, command: str, timeout: float = QMP_TIMEOUT, **arguments: object) -> Any:
+        """Send one QMP command and return its result.
+
+        Raises ``MachineGone`` when QEMU is not running and ``DriverError`` when QEMU refuses
+        the command or gives no answer within ``timeout``.
+        """
+        name = self._machine.name
+        if self.qmp is None or not self.running:
+            raise MachineGone(f"{name}: QEMU is not running (QMP {command})")
+        self.qmp.settimeout(timeout)
+        try:
+            return self.qmp.cmd(command, **arguments)
+        except Exception as error:  # qemu.qmp raises several unrelated types here
+            raise DriverError(
+                f"{name}: QMP {command} {arguments or ''} failed: {error!r}\n"
+                f"--- QEMU stderr ---\n{self.stderr_tail() or '(empty)'}"
+            ) from error
+        finally:
+            if self.qmp is not None:
+                self.qmp.settimeout(None)
 
     def run_state(self) -> str:
         """QEMU's run state from QMP (``running``, ``internal-error``, ...); "" if unknown."""

@@ -36,6 +36,22 @@ def is_complete(build: Path) -> bool:
 
 
 @contextmanager
+def try_file_lock(path: Path) -> Iterator[bool]:
+    """Hold an exclusive ``flock`` on ``path`` if no one else holds it; yield whether held."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextmanager
 def file_lock(path: Path) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``path`` while the block runs."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -58,11 +74,21 @@ def run_step(command: Sequence[str], what: str, timeout: float = BUILD_TIMEOUT) 
             raise DriverError(f"{what} failed (rc={result.returncode}): {command}\n{tail}")
 
 
+def partial_build(builds: Path, digest: str) -> Path:
+    """Where this process builds ``digest`` before renaming it into place."""
+    return builds / f"tmp-{digest}-{os.getpid()}"
+
+
 def prune(builds: Path, keep: int = KEEP_BUILDS) -> None:
-    """Delete all but the ``keep`` newest complete builds in ``builds``.
+    """Delete all but the ``keep`` newest complete builds in ``builds`` (by their manifest's
+    time), and the partial builds of processes that no longer run (killed while building).
 
     Guests already running from a pruned build keep working: QEMU holds the files open.
     """
+    for partial in builds.glob("tmp-*-*"):
+        pid = partial.name.rsplit("-", 1)[1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(partial, ignore_errors=True)
     built = sorted(
         (path for path in builds.iterdir() if is_complete(path)),
         key=lambda path: (path / MANIFEST).stat().st_mtime,
@@ -87,7 +113,7 @@ def cached_build(
         with file_lock(builds / f".lock-{digest}"):
             if not is_complete(final):  # another process may have built it while we waited
                 with log.nested(f"building {what} ({digest})"):
-                    tmp = builds / f"tmp-{digest}-{os.getpid()}"
+                    tmp = partial_build(builds, digest)
                     shutil.rmtree(tmp, ignore_errors=True)
                     tmp.mkdir(parents=True)
                     start = time.monotonic()

@@ -1,6 +1,7 @@
 """The persistence scenario: snapshot a machine, switch it, reboot it and prove what survived.
 
-Five groups, each a package; the arrows point down (``tests/test_layers.py``):
+Five groups, each a package, and the prepared states on top; the arrows point down
+(``tests/test_layers.py``):
 
 - ``collection``: what a machine shows, as data: ``take_snapshot`` records the serving unit, its
   process or container, the journal and the host over any ``Machine`` in one round trip
@@ -15,7 +16,11 @@ Five groups, each a package; the arrows point down (``tests/test_layers.py``):
   (``serving_unit``);
 - ``controls``: the negative controls, each declared once (``catalogue``), with its effect on a
   snapshot (``effects``), the reset built from their footprints (``reset``), the container path
-  (``container_stop``) and every control on one guest (``run``);
+  (``container_stop``) and every control, each on a guest of its own or all on one (``run``);
 - ``runner``: S0 -> switch -> S1 -> reboot -> S2 (``scenario``) and the driver time it metered
-  (``metering``).
+  (``metering``);
+
+and on top ``prepared``: the prepared states the scenario, the controls and the certification
+start from, saved once and restored (``vmtests.guest.snapshot_cache``), and the controls' guests,
+each restored in the state its control declares.
 """

@@ -22,7 +22,7 @@ from vmtests.contracts.serving import DEVICE, SERVING_CONTAINER, SERVING_UNIT
 from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
 from vmtests.scenario.controls.catalogue import RM_F
-from vmtests.scenario.controls.control import ControlOutcome, judge
+from vmtests.scenario.controls.control import ControlOutcome, StartingPoint, judge
 from vmtests.scenario.controls.reset import reset_to_target
 from vmtests.scenario.install.reference_switch import (
     UNIT_RESTART_TIMEOUT,
@@ -34,6 +34,8 @@ from vmtests.scenario.install.switching import wait_healthy, wait_ready
 from vmtests.scenario.judgement.results import CheckResult, failed, passed
 
 SIGTERM, SIGKILL, KILLED_EXIT_CODE = "15", "9", 137
+STARTS_FROM: StartingPoint = "clean"
+"""What the container path starts from: it installs the units it needs itself."""
 EVENT_FORMAT = "{{.Action}} {{.Actor.Attributes.exitCode}} {{.Actor.Attributes.signal}}"
 
 
@@ -185,15 +187,18 @@ class ContainerControls:
         return [stop.result for stop in self.graceful if stop.result.failed]
 
 
-def run_container_controls(machine: Machine, switch: ReferenceSwitch) -> ContainerControls:
+def run_container_controls(
+    machine: Machine, switch: ReferenceSwitch, *, reset: bool = True
+) -> ContainerControls:
     """The graceful path (its failures are false alarms) and the ``rm -f`` control.
 
     Expected: both graceful results pass (the leftover stopped by SIGTERM with exit code 0), and
     the control that installs oci-containers.nix's ``docker rm -f`` pre-start is detected (the
     leftover was killed with exit code 137, while the unit's own stop stays graceful).
+    ``reset=False``: ``machine`` is fresh in the target state, nothing to undo.
     """
-    # On a guest that ran other controls before: undo theirs first (a transient unit, drop-ins).
-    reset_to_target(machine, switch, to="clean")
+    if reset:  # on a guest that ran other controls: undo theirs (a transient unit, drop-ins)
+        reset_to_target(machine, switch, to=STARTS_FROM)
     graceful = leftover_then_start(machine, switch)
     start = time.monotonic()
     killed = leftover_then_start(machine, switch, graceful_pre_start=False)

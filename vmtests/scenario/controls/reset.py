@@ -2,8 +2,10 @@
 
 ``reset_to_target`` is the one way back to the correct target between controls: it takes away
 the union of every control's ``Footprint`` (``catalogue.EVERY_FOOTPRINT``), so a new control
-only declares what it leaves behind. It is a single function so that a restore of
-a saved "target running" guest can stand in for it.
+only declares what it leaves behind. Where each control gets a guest of its own, restored in
+the state it starts from (``vmtests.scenario.prepared``), a restore stands in for it
+(``reset=False``); the reset stays the way back on one guest (``VMTESTS_SNAPSHOTS=off``, the
+benchmark's comparison).
 """
 
 from __future__ import annotations
@@ -108,11 +110,18 @@ def evaluate_machine(
     return snapshot, evaluate_stage(switch.profile, snapshot)
 
 
-def run_control(machine: Machine, switch: ReferenceSwitch, control: Control) -> ControlOutcome:
-    """Reset to the target, apply ``control``, (reboot,) check; report whether it was caught."""
+def run_control(
+    machine: Machine, switch: ReferenceSwitch, control: Control, *, reset: bool = True
+) -> ControlOutcome:
+    """Reset to the target, apply ``control``, (reboot,) check; report whether it was caught.
+
+    ``reset=False``: ``machine`` is fresh in the state the control starts from (restored from
+    a snapshot of it, ``vmtests.scenario.prepared.starting_state``), so nothing is undone first.
+    """
     start = time.monotonic()
     with log.nested(f"negative control: {control.name}"):
-        reset_to_target(machine, switch, to=control.starts_from)
+        if reset:
+            reset_to_target(machine, switch, to=control.starts_from)
         control.apply(machine, switch)
         label = "S1"
         if control.reboot:

@@ -382,14 +382,25 @@ class ReferenceSwitch:
                 self._evaluated[serving_profile] = ServingConfig.from_core(core)
         return self._evaluated[serving_profile]
 
-    def installable(self, machine: Machine, serving_profile: str) -> ServingConfig:
-        """``serving_profile``'s configuration as this guest installs it: the stub image's file
-        on the guest, and NixOS's units when they are the source (once per profile)."""
+    def configured(self, serving_profile: str) -> ServingConfig:
+        """``serving_profile``'s configuration as a guest installs it, resolved on the host
+        alone (once per profile): the stub image's file at its place in the guest's store, and
+        NixOS's units when they are the source."""
         if serving_profile not in self._installed:
-            self._image_file = self._image_file or image_file_on(machine)
-            config = self._rendered(serving_profile, self._image_file)
-            self._installed[serving_profile] = config
+            self._installed[serving_profile] = self._rendered(serving_profile, stub_image_path())
         return self._installed[serving_profile]
+
+    def configure(self) -> None:
+        """Resolve base and target as a guest installs them, on the host alone
+        (``configured``): what a prepared guest's snapshot key names before any guest runs."""
+        self.configured(self.base_serving_profile)
+        self.configured(self.profile.serving_profile)
+
+    def installable(self, machine: Machine, serving_profile: str) -> ServingConfig:
+        """``serving_profile``'s configuration as this guest installs it (``configured``), the
+        stub image's file put on the guest first when it is not there yet."""
+        self._image_file = self._image_file or image_file_on(machine)
+        return self.configured(serving_profile)
 
     def _rendered(self, serving_profile: str, image_file: str) -> ServingConfig:
         """``serving_profile``'s configuration with ``image_file``, rendered as the guest
@@ -404,12 +415,12 @@ class ReferenceSwitch:
 
     @property
     def target(self) -> ServingConfig:
-        """The profile's configuration (as installed, once ``prepare_base`` ran)."""
+        """The profile's configuration (as a guest installs it, once ``configured``)."""
         return self._current(self.profile.serving_profile)
 
     @property
     def base(self) -> ServingConfig:
-        """The base configuration (as installed, once ``prepare_base`` ran)."""
+        """The base configuration (as a guest installs it, once ``configured``)."""
         return self._current(self.base_serving_profile)
 
     def prepare_base(self, machine: Machine) -> None:
@@ -427,6 +438,10 @@ class ReferenceSwitch:
             self.installable(machine, self.profile.serving_profile)
             self.installable(machine, self.base_serving_profile)
             return
+        self.install_base(machine)
+
+    def install_base(self, machine: Machine) -> None:
+        """Install the stub device layer, the image file and the base serving unit; start it."""
         with log.nested("installing the stub device layer"):
             install_stub_device_layer(machine)
         with log.nested(f"loading the stub image file into {machine.name}"):

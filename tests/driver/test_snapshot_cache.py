@@ -126,6 +126,20 @@ def test_the_key_follows_every_input(cache: Path, tmp_path: Path) -> None:
     assert key != snapshot_key(guest, changed, "tcg")  # a parent's input changed
 
 
+def test_a_rebuilt_image_at_the_same_path_is_another_guest(cache: Path, tmp_path: Path) -> None:
+    """The image cache rebuilds a pruned build at its old path, never byte for byte the same: a
+    guest saved above the old disk must not be restored above the new one."""
+    target = _chain()
+    disk = tmp_path / "disk.raw"
+    disk.write_bytes(b"first build")
+    key = snapshot_key(_guest(tmp_path), target, "tcg")
+    assert key == snapshot_key(_guest(tmp_path), target, "tcg")
+    disk.unlink()
+    disk.write_bytes(b"other build")
+    os.utime(disk, ns=(disk.stat().st_atime_ns, disk.stat().st_mtime_ns + 1))
+    assert key != snapshot_key(_guest(tmp_path), target, "tcg")
+
+
 def test_a_kvm_guest_belongs_to_its_host_cpu(
     cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

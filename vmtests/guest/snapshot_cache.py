@@ -13,8 +13,9 @@ guest rather than idle a core); the least recently used entries beyond ``KEEP_SN
 removed. The key covers everything that went into the state: the preparation's own inputs (the
 units it installs, the stub image, the code that prepares), its parent's key, the QEMU command
 line that defines the guest (image, kernel command line, memory, vCPUs, devices; not the run's
-sockets, ports or names), the QEMU binary, the instrumentation contract and, under KVM, the
-host's CPU. Any change to one of them makes a new entry.
+sockets, ports or names), the very files it starts from (a rebuilt image is another guest), the
+QEMU binary, the instrumentation contract and, under KVM, the host's CPU. Any change to one of
+them makes a new entry.
 
 ``$VMTESTS_SNAPSHOTS=off`` (``Settings.snapshots``) boots and prepares every guest instead. Only
 directly booted reference guests are saved: NixOS VMs and real hosts never are.
@@ -134,6 +135,23 @@ def code_digest(*sources: object) -> str:
     return digest.hexdigest()
 
 
+def file_stamps(machine: QemuMachine) -> dict[str, str]:
+    """The size and modification time of every file the guest starts from (kernel, initrd,
+    base disk, data disks), by path.
+
+    The image cache names a build by the digest of its inputs, and rebuilds a pruned build at
+    the same path; mmdebstrap and mkfs never write the same bytes twice, so a guest saved above
+    the old disk would read a filesystem that is not the one it left (``build_cache.prune``).
+    """
+    files = [machine.kernel, machine.initrd, machine.base_disk, *machine.data_disks.values()]
+    stamps: dict[str, str] = {}
+    for path in files:
+        if path is not None:
+            info = path.stat() if path.exists() else None
+            stamps[str(path)] = f"{info.st_size} {info.st_mtime_ns}" if info else "absent"
+    return stamps
+
+
 def snapshot_key(machine: QemuMachine, preparation: Preparation, accel: str) -> str:
     """The cache key of ``preparation`` on a guest like ``machine`` under ``accel``."""
     parent = snapshot_key(machine, preparation.parent, accel) if preparation.parent else None
@@ -143,6 +161,7 @@ def snapshot_key(machine: QemuMachine, preparation: Preparation, accel: str) -> 
         "inputs": preparation.inputs,
         "parent": parent,
         "guest": machine.identity(accel),
+        "files": file_stamps(machine),
         "qemu": qemu_digest(qemu_launch.QEMU_BINARY),
         "contract": hashlib.sha256(contract.CONTRACT_FILE.read_bytes()).hexdigest(),
         "host cpu": host_cpu() if accel == "kvm" else None,

@@ -26,26 +26,41 @@ let
 
   # Other writers of hugepage pools at boot. boot.kernel.sysfs (nixpkgs
   # nixos/modules/config/sysfs.nix) writes /sys attributes, named one path component per
-  # attribute and possibly by glob, from nixos-sysfs@ units ordered only before sysinit.target,
-  # as this reservation is: the two would race on the same pool. The pool of one page size is
-  # written at kernel/mm/hugepages/hugepages-<size>kB/nr_hugepages, or per NUMA node at
-  # devices/system/node/node<N>/hugepages/hugepages-<size>kB/nr_hugepages (kernel
-  # Documentation/admin-guide/mm/hugetlbpage.rst), so any nr_hugepages attribute whose parent
-  # is that size's directory or a glob that may match it counts. boot.kernel.sysctl
-  # ."vm.nr_hugepages" (nixos/modules/config/sysctl.nix, applied by systemd-sysctl.service)
-  # sizes the pool of the default page size. Read only where those options are declared:
-  # tests/eval/module-eval.nix evaluates this module without nixpkgs' modules.
+  # attribute and possibly by glob, from nixos-sysfs@ services that path units start once the
+  # attribute exists (the path units are ordered before sysinit.target, the services nowhere):
+  # they race this reservation on the same pool. A pool of one page size is resized through
+  # kernel/mm/hugepages/hugepages-<size>kB/nr_hugepages or nr_hugepages_mempolicy, or per NUMA
+  # node through devices/system/node/node<N>/hugepages/hugepages-<size>kB/nr_hugepages (kernel
+  # Documentation/admin-guide/mm/hugetlbpage.rst), so a setting counts whose last two
+  # components may name one of those attributes and that size's directory.
+  # boot.kernel.sysctl."vm.nr_hugepages" and "vm.nr_hugepages_mempolicy", dot- or
+  # slash-separated (sysctl.d(5); nixos/modules/config/sysctl.nix writes names as given, applied
+  # by systemd-sysctl.service), size the pool of the default page size. Read only where those
+  # options are declared: tests/eval/module-eval.nix evaluates this module without nixpkgs'
+  # modules.
   declared = path: lib.hasAttrByPath path options;
+  # Values as Nix shows them: toString would print false and "" alike as nothing.
+  showValue = lib.generators.toPretty { multiline = false; };
+  # `component` is `name`, or a glob (a `*`, `?` or `[`, as sysfs.nix's hasGlob sees them) whose
+  # literal text before its first wildcard begins `name`, and so may match it.
+  mayName =
+    name: component:
+    component == name
+    || (
+      builtins.match ".*[*?[].*" component != null
+      && lib.hasPrefix (lib.head (builtins.split "[*?[]" component)) name
+    );
   writesReservedPool =
     path:
-    let
-      parent = lib.elemAt path (lib.length path - 2);
-    in
     lib.length path >= 2
-    && lib.last path == "nr_hugepages"
-    && (parent == "hugepages-${toString hugepages.sizeKiB}kB" || builtins.match ".*[*?[].*" parent != null);
+    && lib.any (attribute: mayName attribute (lib.last path)) [
+      "nr_hugepages"
+      "nr_hugepages_mempolicy"
+    ]
+    && mayName "hugepages-${toString hugepages.sizeKiB}kB" (lib.elemAt path (lib.length path - 2));
   # The sysfs settings that write the reserved pool, as "a.b.c (value)", walked as sysfs.nix
-  # walks them (mapAttrsToListRecursive; null values are ignored there too).
+  # walks them (mapAttrsToListRecursive; null values are ignored there too). The path is tested
+  # first, so that no other setting's value is forced here.
   sysfsPoolWriters =
     let
       walk =
@@ -53,19 +68,32 @@ let
         if lib.isAttrs value && !lib.isDerivation value then
           lib.concatLists (lib.mapAttrsToList (name: walk (path ++ [ name ])) value)
         else
-          lib.optional (value != null && writesReservedPool path) "boot.kernel.sysfs.${
+          lib.optional (writesReservedPool path && value != null) "boot.kernel.sysfs.${
             lib.concatMapStringsSep "." lib.strings.escapeNixIdentifier path
-          } (${toString value})";
+          } (${showValue value})";
     in
     if hugepages == null || !declared [ "boot" "kernel" "sysfs" ] then
       [ ]
     else
       walk [ ] config.boot.kernel.sysfs;
-  sysctlHugepages =
-    if declared [ "boot" "kernel" "sysctl" ] then
-      config.boot.kernel.sysctl."vm.nr_hugepages" or null
+  sysctlPoolWriters =
+    if hugepages == null || !declared [ "boot" "kernel" "sysctl" ] then
+      [ ]
     else
-      null;
+      lib.concatMap
+        (
+          key:
+          let
+            value = config.boot.kernel.sysctl.${key} or null;
+          in
+          lib.optional (value != null) "boot.kernel.sysctl.${lib.strings.escapeNixIdentifier key} (${showValue value})"
+        )
+        [
+          "vm.nr_hugepages"
+          "vm/nr_hugepages"
+          "vm.nr_hugepages_mempolicy"
+          "vm/nr_hugepages_mempolicy"
+        ];
 
   # nixpkgs' oci-containers (nixos/modules/virtualisation/oci-containers.nix) stops with a bare
   # `docker stop` (10 s, then SIGKILL) and then `docker rm -f`. The advisory wants
@@ -257,14 +285,19 @@ in
         assertion = false;
         inherit message;
       }) core.failedAssertions
-      ++ lib.optional (hugepages != null) {
-        assertion = sysfsPoolWriters == [ ];
-        message = "${lib.concatStringsSep ", " sysfsPoolWriters} ${if lib.length sysfsPoolWriters == 1 then "sets" else "set"} the pool that services.tenstorrent-serving.hugepages reserves (${toString hugepages.count} x ${hugepages.size}), and both write it at boot in no set order: remove the boot.kernel.sysfs setting and set services.tenstorrent-serving.hugepages.count instead.";
-      };
+      ++ lib.optional (hugepages != null) (
+        let
+          one = lib.length sysfsPoolWriters == 1;
+        in
+        {
+          assertion = sysfsPoolWriters == [ ];
+          message = "${lib.concatStringsSep ", " sysfsPoolWriters} ${if one then "writes" else "write"} the pool that services.tenstorrent-serving.hugepages reserves (${toString hugepages.count} x ${hugepages.size} in hugepages-${toString hugepages.sizeKiB}kB; a glob counts where it may match), and both write it at boot in no set order: ${if one then "remove that boot.kernel.sysfs setting (or narrow its glob)" else "remove those boot.kernel.sysfs settings (or narrow their globs)"} and set services.tenstorrent-serving.hugepages.count instead.";
+        }
+      );
     warnings =
       core.warnings
-      ++ lib.optional (hugepages != null && sysctlHugepages != null)
-        "boot.kernel.sysctl.\"vm.nr_hugepages\" (${toString sysctlHugepages}) also reserves hugepages at boot, in the pool of the default page size: if that is ${hugepages.size}, services.tenstorrent-serving.hugepages sets it back to ${toString hugepages.count} right after at boot (tenstorrent-hugepages.service runs after systemd-sysctl.service), but a switch that changes sysctl settings restarts systemd-sysctl.service and resizes the pool again until the next boot (nixos/modules/config/sysctl.nix, restartTriggers); otherwise its pages are taken from the memory the serving profile leaves free. Remove it, or set services.tenstorrent-serving.hugepages alone.";
+      ++ lib.optional (sysctlPoolWriters != [ ])
+        "${lib.concatStringsSep ", " sysctlPoolWriters} also ${if lib.length sysctlPoolWriters == 1 then "sizes" else "size"} a hugepage pool at boot, that of the default page size: if that is ${hugepages.size}, services.tenstorrent-serving.hugepages sets it back to ${toString hugepages.count} right after at boot (tenstorrent-hugepages.service runs after systemd-sysctl.service), but a switch that changes sysctl settings restarts systemd-sysctl.service and resizes the pool again until the next boot (nixos/modules/config/sysctl.nix, restartTriggers); otherwise its pages are taken from the memory the serving profile leaves free. Remove it, or set services.tenstorrent-serving.hugepages alone.";
 
     # nixos/modules/services/networking/firewall.nix: the firewall is on by default, and
     # `--network=host` gives the container no INPUT rule of its own.

@@ -315,11 +315,15 @@ in
       otherPool = messages {
         boot.kernel.sysfs.kernel.mm.hugepages."hugepages-2048kB".nr_hugepages = 4;
         boot.kernel.sysfs.devices.system.node.node0.hugepages."hugepages-2048kB".nr_hugepages = 4;
+        # A glob that cannot match hugepages-1048576kB.
+        boot.kernel.sysfs.kernel.mm.hugepages."hugepages-2048*".nr_hugepages = 4;
       };
-      # Per NUMA node, and by glob (nixos/modules/config/sysfs.nix allows globs per component).
+      # Per NUMA node, by glob (nixos/modules/config/sysfs.nix allows globs per component), and
+      # through nr_hugepages_mempolicy, with a value toString would print as nothing.
       perNode = messages {
         boot.kernel.sysfs.devices.system.node.node0.hugepages."hugepages-1048576kB".nr_hugepages = 2;
         boot.kernel.sysfs.devices.system.node."node[1-3]".hugepages."hugepages-*".nr_hugepages = 1;
+        boot.kernel.sysfs.kernel.mm.hugepages."hugepages-1048576kB".nr_hugepages_mempolicy = false;
       };
       sysctl = messages { boot.kernel.sysctl."vm.nr_hugepages" = 16; };
     };

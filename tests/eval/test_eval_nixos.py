@@ -267,15 +267,18 @@ def test_other_writers_of_the_hugepage_pool_are_refused_or_warned(nixos: dict[st
     assert writers["none"]["assertions"] == []
     (message,) = writers["samePool"]["assertions"]
     assert (
-        "boot.kernel.sysfs.kernel.mm.hugepages.hugepages-1048576kB.nr_hugepages (4) sets" in message
+        "boot.kernel.sysfs.kernel.mm.hugepages.hugepages-1048576kB.nr_hugepages (4) writes"
+        in message
     )
     assert "set services.tenstorrent-serving.hugepages.count instead" in message
     (per_node,) = writers["perNode"]["assertions"]
     assert (
         "boot.kernel.sysfs.devices.system.node.node0.hugepages.hugepages-1048576kB.nr_hugepages "
         '(2), boot.kernel.sysfs.devices.system.node."node[1-3]".hugepages."hugepages-*"'
-        ".nr_hugepages (1) set the pool"
+        ".nr_hugepages (1), boot.kernel.sysfs.kernel.mm.hugepages.hugepages-1048576kB"
+        ".nr_hugepages_mempolicy (false) write the pool"
     ) in per_node
+    assert "remove those boot.kernel.sysfs settings" in per_node
     assert writers["otherPool"]["assertions"] == []
     assert writers["sysctl"]["assertions"] == []
     (warning,) = set(writers["sysctl"]["warnings"]) - set(writers["none"]["warnings"])

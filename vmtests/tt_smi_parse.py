@@ -12,6 +12,7 @@ standard library only, so every layer that needs it (``scenario``, ``certify``) 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,15 +103,29 @@ class TtSmiSnapshot:
 
     def holders_unknown(self) -> str:
         """Why the holders cannot be read from this snapshot (``""``: they can)."""
-        versions = f"tt-smi {self.tt_smi_version or '?'}, driver {self.driver or '?'}"
-        if self.processes is None:
-            since = ".".join(map(str, PROCESSES_SINCE_TT_SMI))
-            return f"tt-smi prints no processes before {since} ({versions})"
-        kmd = self.driver_version
-        if not self.processes and kmd is not None and kmd < PIDS_SINCE_TT_KMD:
-            since = ".".join(map(str, PIDS_SINCE_TT_KMD))
-            return f"tt-kmd lists the processes that hold a card only since {since} ({versions})"
-        return ""
+        return holders_unknown(self.tt_smi_version, self.driver, self.processes)
+
+
+def holders_unknown(
+    tt_smi_version: str, driver: str, processes: Sequence[object] | None, *, host_pids: bool = False
+) -> str:
+    """Why tt-smi's ``processes`` cannot say who holds the card (``""``: they can): tt-smi
+    before ``PROCESSES_SINCE_TT_SMI`` prints none (``processes`` None), tt-kmd before
+    ``PIDS_SINCE_TT_KMD`` lists none. ``host_pids``: the holders are looked up among the host's
+    processes, which tt-kmd before ``NAMESPACED_PIDS_SINCE_TT_KMD`` (or of no readable version)
+    does not give for a container's holders."""
+    versions = f"tt-smi {tt_smi_version or '?'}, driver {driver or '?'}"
+    if processes is None:
+        since = ".".join(map(str, PROCESSES_SINCE_TT_SMI))
+        return f"tt-smi prints no processes before {since} ({versions})"
+    kmd = version_tuple(driver)
+    if host_pids and (kmd is None or kmd < NAMESPACED_PIDS_SINCE_TT_KMD):
+        since = ".".join(map(str, NAMESPACED_PIDS_SINCE_TT_KMD))
+        return f"tt-kmd gives a container's holders as host pids only since {since} ({versions})"
+    if not processes and kmd is not None and kmd < PIDS_SINCE_TT_KMD:
+        since = ".".join(map(str, PIDS_SINCE_TT_KMD))
+        return f"tt-kmd lists the processes that hold a card only since {since} ({versions})"
+    return ""
 
 
 def version_tuple(text: str) -> tuple[int, ...] | None:

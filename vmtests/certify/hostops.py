@@ -25,11 +25,7 @@ from vmtests.profiles.expectations import parse_module_banner
 from vmtests.scenario.collection.snapshot import Snapshot
 from vmtests.scenario.install.switching import wait_ready
 from vmtests.scenario.judgement.banners import module_banner_lines
-from vmtests.tt_smi_parse import (
-    NAMESPACED_PIDS_SINCE_TT_KMD,
-    PROCESSES_SINCE_TT_SMI,
-    version_tuple,
-)
+from vmtests.tt_smi_parse import holders_unknown
 
 CLD_EXITED, CLD_KILLED, CLD_DUMPED = 1, 2, 3
 SIGKILL = 9
@@ -204,18 +200,14 @@ def identity(machine: Machine, snapshot: Snapshot, smi: dict[str, Any]) -> dict[
 
 def holders_not_inspectable(smi: dict[str, Any]) -> str:
     """Why tt-smi's ``processes`` cannot say who holds the card on this host (``""``: they
-    can): tt-smi before 6.0.0 prints none; tt-kmd before 2.7.0 records a container's holders
-    by their pids inside the container, which name other processes (or none) on the host."""
-    driver = str((smi.get("host_info") or {}).get("Driver", ""))
-    versions = f"tt-smi {(smi.get('host_sw_vers') or {}).get('tt_smi', '?')}, driver {driver}"
-    if "processes" not in smi:
-        since = ".".join(map(str, PROCESSES_SINCE_TT_SMI))
-        return f"tt-smi prints no processes before {since} ({versions})"
-    kmd = version_tuple(driver)
-    if kmd is None or kmd < NAMESPACED_PIDS_SINCE_TT_KMD:
-        since = ".".join(map(str, NAMESPACED_PIDS_SINCE_TT_KMD))
-        return f"tt-kmd gives a container's holders as host pids only since {since} ({versions})"
-    return ""
+    can): ``tt_smi_parse.holders_unknown`` for holders looked up among the host's processes."""
+    processes = (smi.get("processes") or []) if "processes" in smi else None
+    return holders_unknown(
+        str((smi.get("host_sw_vers") or {}).get("tt_smi", "")),
+        str((smi.get("host_info") or {}).get("Driver", "")),
+        processes,
+        host_pids=True,
+    )
 
 
 def device_holders(

@@ -36,29 +36,18 @@ def is_complete(build: Path) -> bool:
 
 
 @contextmanager
-def try_file_lock(path: Path) -> Iterator[bool]:
-    """Hold an exclusive ``flock`` on ``path`` if no one else holds it; yield whether held."""
+def file_lock(path: Path, *, wait: bool = True) -> Iterator[bool]:
+    """Hold an exclusive ``flock`` on ``path`` while the block runs; yield whether held.
+    ``wait=False`` does not wait for another holder: the block then runs without the lock."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as handle:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             yield False
             return
         try:
             yield True
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-@contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` while the block runs."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 

@@ -43,7 +43,7 @@ from vmtests.driver.errors import DriverError
 from vmtests.driver.log import log
 from vmtests.driver.qemu import QemuMachine
 from vmtests.driver.qemu_snapshot import SavedGuest
-from vmtests.guest.build_cache import MANIFEST, is_complete, partial_build, prune, try_file_lock
+from vmtests.guest.build_cache import MANIFEST, file_lock, is_complete, partial_build, prune
 
 KEEP_SNAPSHOTS = 8
 """Entries kept: each input change adds one per preparation (a few hundred MB each)."""
@@ -209,7 +209,7 @@ def _from_cache(machine: QemuMachine, preparation: Preparation, accel: str) -> t
     if is_complete(entry):
         _restore(machine, preparation, entry)
         return True, key
-    with try_file_lock(snapshots_dir() / f".lock-{key}") as held:
+    with file_lock(snapshots_dir() / f".lock-{key}", wait=False) as held:
         if held and is_complete(entry):  # another process saved it while we looked
             _restore(machine, preparation, entry)
             return True, key

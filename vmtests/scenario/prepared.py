@@ -246,6 +246,6 @@ def controls_jobs(
         log.info(f"the controls share one guest, reset between them (no snapshots: {why_not})")
         serving = target_serving(switch)
         with prepared_reference_guest(state_dir / "controls", serving, "controls") as prepared:
-            run_all_controls(switch, run, machine=prepared.machine)
+            run_all_controls(prepared.machine, switch, run)
 
     return [on_one_guest]

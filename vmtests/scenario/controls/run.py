@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TypeVar
 
-from vmtests.driver.lanes import run_in_lanes
 from vmtests.driver.machine import Machine
 from vmtests.scenario.controls.catalogue import CONTROLS, CORRECT_CONFIGURATION
 from vmtests.scenario.controls.container_stop import (
@@ -66,21 +65,11 @@ it, ``vmtests.scenario.prepared.control_guests``), closed after."""
 Result = TypeVar("Result")
 
 
-def run_all_controls(
-    switch: ReferenceSwitch,
-    run: ControlsRun,
-    *,
-    machine: Machine | None = None,
-    fresh: FreshGuest | None = None,
-    lanes: int = 1,
-) -> ControlsRun:
-    """Run every control into ``run`` and return it: each on a guest of its own from ``fresh``
-    (``lanes`` of them at a time), else all on ``machine`` (prepared by ``switch``), each reset
-    to the target first."""
-    try:
-        run_in_lanes(control_jobs(switch, run, machine=machine, fresh=fresh), lanes)
-    finally:
-        run.in_order()
+def run_all_controls(machine: Machine, switch: ReferenceSwitch, run: ControlsRun) -> ControlsRun:
+    """Run every control on ``machine`` (prepared by ``switch``) into ``run``, each reset to the
+    target first; return it."""
+    for job in control_jobs(switch, run, machine=machine):
+        job()
     return run
 
 
@@ -105,7 +94,10 @@ def control_jobs(
 
     def timed(control: Control) -> ControlOutcome:
         start = time.monotonic()
-        outcome = on_a_guest(partial(_run_control, switch, control), control.starts_from)
+        outcome = on_a_guest(
+            lambda guest, reset: run_control(guest, switch, control, reset=reset),
+            control.starts_from,
+        )
         if fresh is not None:
             outcome.seconds = time.monotonic() - start
         return outcome
@@ -117,22 +109,12 @@ def control_jobs(
         run.outcomes[control.name] = timed(control)
 
     def container() -> None:
-        run.container = on_a_guest(partial(_container_controls, switch), STARTS_FROM)
+        run.container = on_a_guest(
+            lambda guest, reset: run_container_controls(guest, switch, reset=reset), STARTS_FROM
+        )
 
     return [
         correct_configuration,
         *(partial(control_job, control) for control in CONTROLS),
         container,
     ]
-
-
-def _run_control(
-    switch: ReferenceSwitch, control: Control, machine: Machine, reset: bool
-) -> ControlOutcome:
-    return run_control(machine, switch, control, reset=reset)
-
-
-def _container_controls(
-    switch: ReferenceSwitch, machine: Machine, reset: bool
-) -> ContainerControls:
-    return run_container_controls(machine, switch, reset=reset)

@@ -20,7 +20,7 @@ from vmtests.driver.machine import Machine
 from vmtests.guest.stub_layer import set_stub_knobs
 from vmtests.scenario.collection.collect import take_snapshot
 from vmtests.scenario.collection.snapshot import Snapshot
-from vmtests.scenario.controls.catalogue import CORRECT_CONFIGURATION, EVERY_FOOTPRINT
+from vmtests.scenario.controls.catalogue import EVERY_FOOTPRINT
 from vmtests.scenario.controls.control import (
     Control,
     ControlOutcome,
@@ -147,9 +147,3 @@ def _settle(machine: Machine, switch: ReferenceSwitch) -> None:
         wait_ready(machine, switch.target.port, SETTLE_TIMEOUT)
     except DriverError as error:
         log.warning(f"service not ready after applying the control: {error}")
-
-
-def check_correct_configuration(machine: Machine, switch: ReferenceSwitch) -> ControlOutcome:
-    """Install the correct target and check it: every failure is a false alarm."""
-    with log.nested(f"correct configuration of {switch.profile.name}: expecting no alarm"):
-        return run_control(machine, switch, CORRECT_CONFIGURATION)

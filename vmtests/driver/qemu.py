@@ -258,13 +258,8 @@ class QemuMachine(Machine):
         same guest shares. Not the socket paths, the run marker, TCG's thread mode or the
         forwarded ports (slirp's forwards are the host's side: a guest saved with some restores
         with others)."""
-        forwards, marker = self._forwards, self.marker
-        self._forwards = {}
-        self.marker = "vmtests-guest"
-        try:
-            spec = self._spec(accel, qemu_launch.PLACEHOLDER_SOCKETS)
-        finally:
-            self._forwards, self.marker = forwards, marker
+        sockets = qemu_launch.PLACEHOLDER_SOCKETS
+        spec = self._spec(accel, sockets, forwards={}, marker="vmtests-guest")
         overlay = str(self.overlay)
         return [
             word.replace(overlay, f"<overlay of {self.base_disk}>")
@@ -337,8 +332,18 @@ class QemuMachine(Machine):
             log.warning(f"{self.name}: host port taken meanwhile (attempt {attempt}); retrying")
         raise DriverError(f"{self.name}: could not bind host ports in {PORT_ATTEMPTS} attempts")
 
-    def _spec(self, accel: str, sockets: qemu_launch.Sockets) -> qemu_launch.LaunchSpec:
-        """The launch spec for this machine's mode."""
+    def _spec(
+        self,
+        accel: str,
+        sockets: qemu_launch.Sockets,
+        *,
+        forwards: Mapping[int, int] | None = None,
+        marker: str | None = None,
+    ) -> qemu_launch.LaunchSpec:
+        """The launch spec for this machine's mode, with its forwarded ports and run marker
+        unless others are given."""
+        forwards = self._forwards if forwards is None else forwards
+        marker = self.marker if marker is None else marker
         if self.run_script is not None:
             return qemu_launch.nixos_spec(
                 run_script=self.run_script,
@@ -347,9 +352,9 @@ class QemuMachine(Machine):
                 memory_mb=self.memory_mb,
                 cpus=self.cpus,
                 accel=accel,
-                forwards=self._forwards,
+                forwards=forwards,
                 sockets=sockets,
-                marker=self.marker,
+                marker=marker,
                 no_reboot=self.reboot_mode == "restart",
             )
         assert self.kernel is not None
@@ -363,9 +368,9 @@ class QemuMachine(Machine):
             # The contract's vCPUs, the same number a NixOS VM gets from virtualisation.cores.
             cpus=self.cpus or GUEST_CPUS,
             accel=accel,
-            forwards=self._forwards,
+            forwards=forwards,
             sockets=sockets,
-            marker=self.marker,
+            marker=marker,
             no_reboot=self.reboot_mode == "restart",
             data_disks=self.data_disks,
             incoming=self._incoming,

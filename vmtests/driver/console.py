@@ -106,11 +106,7 @@ class SerialConsole:
     def text(self, boot_index: int | None = None) -> str:
         """Console text of one boot (default: the latest), decoded, carriage returns removed."""
         with self._cond:
-            index = len(self._starts) - 1 if boot_index is None else boot_index
-            if index >= len(self._starts):
-                return ""
-            end = self._starts[index + 1] if index + 1 < len(self._starts) else len(self._data)
-            raw = bytes(self._data[self._starts[index] : end])
+            raw = self.raw(len(self._starts) - 1 if boot_index is None else boot_index)
         return raw.decode("utf-8", errors="replace").replace("\r", "")
 
     def raw(self, boot_index: int) -> bytes:

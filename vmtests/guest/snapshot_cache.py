@@ -115,6 +115,12 @@ def qemu_digest(binary: str) -> str:
 
 
 @cache
+def contract_digest() -> str:
+    """sha256 of the instrumentation contract (a file of the package: read once)."""
+    return hashlib.sha256(contract.CONTRACT_FILE.read_bytes()).hexdigest()
+
+
+@cache
 def host_cpu() -> str:
     """The host CPU's model and feature flags (``/proc/cpuinfo``, its first processor).
 
@@ -153,20 +159,22 @@ def file_stamps(machine: QemuMachine) -> dict[str, str]:
 
 
 def snapshot_key(machine: QemuMachine, preparation: Preparation, accel: str) -> str:
-    """The cache key of ``preparation`` on a guest like ``machine`` under ``accel``."""
-    parent = snapshot_key(machine, preparation.parent, accel) if preparation.parent else None
-    data = {
+    """The cache key of ``preparation`` on a guest like ``machine`` under ``accel``: its own
+    inputs, its parent's key and the guest's, which the whole chain shares."""
+    guest = {
         "format": ENTRY_FORMAT,
-        "preparation": preparation.name,
-        "inputs": preparation.inputs,
-        "parent": parent,
         "guest": machine.identity(accel),
         "files": file_stamps(machine),
         "qemu": qemu_digest(qemu_launch.QEMU_BINARY),
-        "contract": hashlib.sha256(contract.CONTRACT_FILE.read_bytes()).hexdigest(),
+        "contract": contract_digest(),
         "host cpu": host_cpu() if accel == "kvm" else None,
     }
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:20]
+    key: str | None = None
+    for step in preparation.chain:
+        data = {**guest, "preparation": step.name, "inputs": step.inputs, "parent": key}
+        key = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:20]
+    assert key is not None  # the chain holds the preparation itself
+    return key
 
 
 def prepare_guest(machine: QemuMachine, preparation: Preparation) -> PreparedGuest:

@@ -435,8 +435,7 @@ class ReferenceSwitch:
                 check_hugepages_fit(config.hugepages, memory_mb)
         if self._serves_base(machine):
             log.info(f"{machine.name} serves the base configuration already: nothing to deploy")
-            self.installable(machine, self.profile.serving_profile)
-            self.installable(machine, self.base_serving_profile)
+            self.configure()
             return
         self.install_base(machine)
 
@@ -446,9 +445,9 @@ class ReferenceSwitch:
             install_stub_device_layer(machine)
         with log.nested(f"loading the stub image file into {machine.name}"):
             self._image_file = install_image_file(machine, stub_image())
-        self.installable(machine, self.profile.serving_profile)
+        self.configure()
         with log.nested("installing the base serving unit"):
-            install_units(machine, self.installable(machine, self.base_serving_profile))
+            install_units(machine, self.base)
 
     def _serves_base(self, machine: Machine) -> bool:
         """True when ``machine`` has the stub layer, the image file and the base's serving unit

@@ -37,7 +37,8 @@ let
   # slash-separated (sysctl.d(5); nixos/modules/config/sysctl.nix writes names as given, applied
   # by systemd-sysctl.service), size the pool of the default page size. Read only where those
   # options are declared: tests/eval/module-eval.nix evaluates this module without nixpkgs'
-  # modules.
+  # modules. Not checked: a `w` line in systemd.tmpfiles.rules naming the pool, which
+  # systemd-tmpfiles-setup.service writes just as unordered against this reservation.
   declared = path: lib.hasAttrByPath path options;
   # Values as Nix shows them: toString would print false and "" alike as nothing.
   showValue = lib.generators.toPretty { multiline = false; };
@@ -181,12 +182,24 @@ let
     fi
   '';
   # The same job script that nixos/lib/systemd-unit-options.nix makes of `preStart`, so that the
-  # unit's only ExecStartPre is the store path of `preStart`'s script.
+  # unit's only ExecStartPre is the store path of `preStart`'s script; made of the merged
+  # `preStart`, so that lines another module adds to it still run.
   preStartScript = utils.systemdUtils.lib.makeJobScript {
     name = "${name}-pre-start";
-    text = preStartCommands;
+    text = config.systemd.services.${name}.preStart;
     inherit (config.systemd.services.${name}) enableStrictShellChecks;
   };
+  # What oci-containers' pre-start does besides `rm -f` and loading imageFile, and the one above
+  # does not: log in to a registry (`login`, once username, passwordFile and registry are all
+  # set: isValidLogin) and load `imageStream`. Refused, not dropped in silence.
+  container = config.virtualisation.oci-containers.containers.${name};
+  ignoredContainerSettings =
+    lib.optional ((container.imageStream or null) != null) "imageStream"
+    ++ lib.optional (lib.all (key: (container.login.${key} or null) != null) [
+      "username"
+      "passwordFile"
+      "registry"
+    ]) "login";
 
   option =
     key: type: description:
@@ -293,7 +306,13 @@ in
           assertion = sysfsPoolWriters == [ ];
           message = "${lib.concatStringsSep ", " sysfsPoolWriters} ${if one then "writes" else "write"} the pool that services.tenstorrent-serving.hugepages reserves (${toString hugepages.count} x ${hugepages.size} in hugepages-${toString hugepages.sizeKiB}kB; a glob counts where it may match), and both write it at boot in no set order: ${if one then "remove that boot.kernel.sysfs setting (or narrow its glob)" else "remove those boot.kernel.sysfs settings (or narrow their globs)"} and set services.tenstorrent-serving.hugepages.count instead.";
         }
-      );
+      )
+      ++ [
+        {
+          assertion = ignoredContainerSettings == [ ];
+          message = "${lib.concatMapStringsSep " and " (setting: "virtualisation.oci-containers.containers.${name}.${setting}") ignoredContainerSettings} would be ignored: services.tenstorrent-serving replaces oci-containers' pre-start script, which is what logs in to a registry and loads imageStream (nixos/modules/virtualisation/oci-containers.nix), so that a leftover container is stopped gracefully, never removed with rm -f. Unset it, and give the image as services.tenstorrent-serving.imageFile or pull it on the host beforehand.";
+        }
+      ];
     warnings =
       core.warnings
       ++ lib.optional (sysctlPoolWriters != [ ])
@@ -337,7 +356,9 @@ in
       serviceConfig.RuntimeDirectoryPreserve = lib.mkIf (backend == "podman") "yes";
       after = lib.optional (hugepages != null) hugepageUnit;
       requires = lib.optional (hugepages != null) hugepageUnit;
-      unitConfig.RequiresMountsFor = lib.mkIf (hugepages != null) hugepageMount;
+      # A list: nixpkgs' unitOption concatenates lists, but two different strings conflict, and
+      # oci-containers sets RequiresMountsFor itself for a rootless podman container.
+      unitConfig.RequiresMountsFor = lib.mkIf (hugepages != null) [ hugepageMount ];
     };
 
     # Reserved at boot, never at runtime only: the production reduction was lost that way (#49).
@@ -348,7 +369,7 @@ in
         "sysinit.target"
         "shutdown.target"
       ];
-      # After boot.kernel.sysctl's writer (see sysctlHugepages), so that this count is the last
+      # After boot.kernel.sysctl's writer (see sysctlPoolWriters), so that this count is the last
       # word on the pool.
       after = [ "systemd-sysctl.service" ];
       conflicts = [ "shutdown.target" ];

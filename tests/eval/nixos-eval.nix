@@ -327,6 +327,26 @@ in
       };
       sysctl = messages { boot.kernel.sysctl."vm.nr_hugepages" = 16; };
     };
+  # The failed assertions of vm-test-cfx-llm2 with a registry login for the serving container,
+  # which the module's pre-start (replacing oci-containers') would ignore.
+  containerLogin =
+    let
+      inherit
+        (flake.nixosConfigurations.vm-test-cfx-llm2.extendModules {
+          modules = [
+            {
+              virtualisation.oci-containers.containers.tenstorrent-serving.login = {
+                username = "ci";
+                passwordFile = "/run/keys/registry";
+                registry = "registry.example.org";
+              };
+            }
+          ];
+        })
+        config
+        ;
+    in
+    map (a: a.message) (lib.filter (a: !a.assertion) config.assertions);
   apps = lib.mapAttrs (_: app: contextDrvs app.program) flake.apps.${system};
   # What `nix flake check` reads of an app besides its program (Nix src/nix/flake.cc, checkApp):
   # its attribute names and meta.description, a string without context.

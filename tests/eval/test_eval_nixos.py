@@ -288,6 +288,19 @@ def test_other_writers_of_the_hugepage_pool_are_refused_or_warned(nixos: dict[st
     )
 
 
+def test_container_settings_the_pre_start_replacement_would_ignore_are_refused(
+    nixos: dict[str, Any],
+) -> None:
+    """oci-containers' pre-start logs in to a registry; the module's replaces it, so a login set
+    for the serving container is refused by name, not dropped (the plain host has no failure:
+    otherHugepageWriters.none)."""
+    (message,) = nixos["containerLogin"]
+    assert message.startswith(
+        "virtualisation.oci-containers.containers.tenstorrent-serving.login would be ignored"
+    ), message
+    assert "services.tenstorrent-serving.imageFile" in message
+
+
 @pytest.mark.parametrize("name", VM_CONFIGURATIONS)
 def test_the_vm_boots_like_production_and_grows_its_root(nixos: dict[str, Any], name: str) -> None:
     described = nixos["configurations"][name]

@@ -181,6 +181,7 @@ def test_the_backdoor_path_covers_the_tool_manifest(nixos: dict[str, Any], name:
     assert not missing, f"{name}: the backdoor's PATH lacks {missing}: {backdoor.path}"
 
 
+@pytest.mark.usefixtures("nixos")  # skips, naming the set-up step, without a nixpkgs tree
 @pytest.mark.parametrize("name", VM_CONFIGURATIONS)
 def test_a_switch_never_restarts_the_backdoor(name: str) -> None:
     """The backdoor's shell runs the switch: switch-to-configuration must leave it alone."""

@@ -124,12 +124,15 @@ class _Switch:
 TOOLS = ("systemctl", "journalctl", "curl", "tt-smi", "docker")
 
 
-def _fake_tools(directory: Path) -> str:
-    """Fakes of TOOLS in ``directory``; the PATH that finds them first."""
+def _fake_tools(directory: Path, unit_state: str = "active running") -> str:
+    """Fakes of TOOLS in ``directory``, the serving unit in ``unit_state`` (ActiveState
+    SubState); the PATH that finds them first."""
+    active, sub = unit_state.split()
     scripts = {
         "tt-smi": "echo 6.2.1",
         "docker": "echo Docker version 26.1.5",
-        "systemctl": "echo systemd 257 '(257.13)'",
+        "systemctl": f"""case $1 in show) printf 'ActiveState={active}\\nSubState={sub}\\n';;
+  *) echo systemd 257 '(257.13)';; esac""",
         "curl": "printf 200",  # GET /v1/models answers 200
         "journalctl": "true",
     }
@@ -173,6 +176,28 @@ def test_the_preflight_against_fake_tools(
     assert "nixos-rebuild" in found.versions
     (hugepages,) = [item for item in found.items if item.check == Check.PREFLIGHT_HUGEPAGES]
     assert "the hugepages still to reserve" in hugepages.message
+
+
+@pytest.mark.parametrize("unit_state", ["failed failed", "inactive dead"])
+def test_a_serving_unit_that_does_not_run_is_refused_as_such(
+    tmp_path: Path, unit_state: str
+) -> None:
+    """switch-to-configuration restarts only running units: from a failed or stopped one the
+    dry run sees no restart, which is not "the switch changes nothing"."""
+    machine = cast(Machine, LocalShell(_fake_tools(tmp_path, unit_state)))
+    switcher = cast(Switcher, _Switch(DryRun(True, False, "would not restart")))
+    found = run_preflight(machine, CFX, switcher, Settings())
+    refusal = found.refusal
+    assert refusal is not None
+    # Memory and disk are this host's: the unit's item comes after them.
+    if refusal.reason not in {Reason.LOW_MEMORY, Reason.HUGEPAGES_DO_NOT_FIT, Reason.LOW_DISK}:
+        assert (refusal.check, refusal.reason) == (Check.PREFLIGHT_ACTIVE, Reason.NOT_ACTIVE)
+    (unit,) = [item for item in found.items if item.check == Check.PREFLIGHT_ACTIVE]
+    active, sub = unit_state.split()
+    assert (unit.ok, unit.reason) == (False, Reason.NOT_ACTIVE)
+    assert f"tenstorrent-serving.service is {active} ({sub}): it is not running" in unit.message
+    assert "journalctl -b -u tenstorrent-serving.service" in unit.message
+    assert Check.PREFLIGHT_RESTARTS not in {item.check for item in found.items}
 
 
 class _NixosShell(LocalShell):

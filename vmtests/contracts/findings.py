@@ -50,6 +50,7 @@ class Check(StrEnum):
     PREFLIGHT_MEMORY = "preflight.memory"
     PREFLIGHT_HUGEPAGES = "preflight.hugepages"
     PREFLIGHT_DISK = "preflight.disk"
+    PREFLIGHT_ACTIVE = "preflight.active"
     PREFLIGHT_EVALUATES = "preflight.evaluates"
     PREFLIGHT_RESTARTS = "preflight.restarts"
     PREFLIGHT_API = "preflight.api"

@@ -5,9 +5,10 @@ Each item is a result keyed by a ``Check`` (``preflight.*``) and, when it does n
 ``Reason``; the first that does not hold refuses the run with one line (exit 2): a required tool
 is missing (the versions found of tt-smi, docker, systemd and nixos-rebuild are reported either
 way); ``MemAvailable`` below the owner's floor; the hugepages the target still has to reserve do
-not fit above it; too little free disk; the target does not evaluate, or its switch would not
-restart the serving unit (``Switcher.dry_run``); the API answers 401 without the key it was given
-(or without one).
+not fit above it; too little free disk; the serving unit is not running (failed or inactive: a
+switch restarts only running units, so S1 could not show a restart); the target does not
+evaluate, or its switch would not restart the serving unit (``Switcher.dry_run``); the API
+answers 401 without the key it was given (or without one).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from vmtests.scenario.collection.collect import (
     parse_meminfo,
     split_sections,
 )
-from vmtests.scenario.install.generations import simple_commands
+from vmtests.scenario.install.generations import SWITCH_COMPARED_STATES, simple_commands
 from vmtests.scenario.install.switching import CommandSwitch, Switcher
 from vmtests.scenario.judgement.checks import unauthorized_message
 from vmtests.scenario.judgement.results import CheckResult
@@ -58,7 +59,7 @@ PREFLIGHT_TIMEOUT = 240.0
 """The preflight's one round trip: each version command is bounded at 30 s, the rest at 10 s."""
 
 _SCRIPT = r"""
-tools=$1; keyfile=$2; port=$3
+tools=$1; keyfile=$2; port=$3; unit=$4
 sec() { printf '\n%s%s\n' "$MARK" "$1"; }
 version() {  # version TOOL COMMAND: what COMMAND prints (within 30 s), "-" when it fails
   sec "version $1"; out=$(timeout 30 sh -c "$2" 2>&1) || out=-; printf '%s\n' "${out:--}"
@@ -69,6 +70,7 @@ for tool in $tools; do printf '%s %s\n' "$tool" "$(command -v "$tool" || echo -)
 sec meminfo; grep -E '^(MemAvailable|Hugepagesize):' /proc/meminfo
 sec pools; @POOL_SIZES@
 sec disk; df -Pk / | tail -n1
+sec unit; systemctl show -p ActiveState -p SubState "$unit"
 sec v1
 if [ -n "$keyfile" ]; then
   @API_KEY_READ@
@@ -198,13 +200,35 @@ def _api_item(status: str, settings: Settings) -> CheckResult:
     )
 
 
-def _switch_items(machine: Machine, profile: Profile, switcher: Switcher) -> list[CheckResult]:
+def _unit_item(sections: dict[str, str]) -> CheckResult:
+    """Whether the serving unit runs: a switch restarts only running units, so from a failed
+    or inactive one S1 could show no restart (and dry-activate names it under no action)."""
+    state = dict(
+        line.split("=", 1) for line in sections.get("unit", "").splitlines() if "=" in line
+    )
+    active, sub = state.get("ActiveState") or "unknown", state.get("SubState") or "unknown"
+    running = active in SWITCH_COMPARED_STATES
+    detail = f"{SERVING_UNIT} is {active} ({sub})"
+    if not running:
+        detail += (
+            f": it is not running, so no switch could show its restart; start it (`systemctl "
+            f"start {SERVING_UNIT}`), or read why it stopped (`journalctl -b -u {SERVING_UNIT}`), "
+            "before a persistence run"
+        )
+    return _item(Check.PREFLIGHT_ACTIVE, running, Reason.NOT_ACTIVE, detail)
+
+
+def _switch_items(
+    machine: Machine, profile: Profile, switcher: Switcher, *, unit_runs: bool
+) -> list[CheckResult]:
+    """Whether the target evaluates and, when the serving unit runs (else the dry run cannot
+    tell: ``_unit_item``), whether the switch restarts it."""
     dry = switcher.dry_run(machine, profile)
     items = [
         _item(Check.PREFLIGHT_EVALUATES, dry.evaluates is not False, Reason.DOES_NOT_EVALUATE,
               dry.detail)
     ]  # fmt: skip
-    if dry.evaluates is not False:
+    if dry.evaluates is not False and unit_runs:
         detail = dry.detail
         if dry.restarts is False:
             detail += (
@@ -236,7 +260,7 @@ def run_preflight(
         .replace("@API_KEY_READ@", API_KEY_READ)
         .replace("@POOL_SIZES@", POOL_SIZES)
     )
-    values = (" ".join(tools), settings.api_key_file or "", settings.serving_port)
+    values = (" ".join(tools), settings.api_key_file or "", settings.serving_port, SERVING_UNIT)
     command = (
         f"MARK={shlex.quote(MARK)} GUARDED={API_KEY_GUARDED_PREFIX} sh -c {shlex.quote(script)} "
         "vmtests-preflight " + " ".join(shlex.quote(str(value)) for value in values)
@@ -257,6 +281,8 @@ def run_preflight(
         )
     )
     preflight.items += _memory_items(sections, profile)
-    preflight.items += _switch_items(machine, profile, switcher)
+    unit = _unit_item(sections)
+    preflight.items.append(unit)
+    preflight.items += _switch_items(machine, profile, switcher, unit_runs=unit.ok)
     preflight.items.append(_api_item(sections.get("v1", "").strip(), settings))
     return preflight

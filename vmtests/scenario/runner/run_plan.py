@@ -59,9 +59,9 @@ def render_run_plan(plan: RunPlan) -> str:
         else f"connect to {plan.target} (read-only until the switch)",
         "preflight, read only: the tools (systemctl, journalctl, curl, tt-smi, docker, the "
         f"switch's program) and their versions; MemAvailable >= {MIN_MEM_AVAILABLE_GIB:.0f} "
-        f"GiB{pages}; >= {MIN_DISK_GIB:.0f} GiB free on /; the target evaluates and its switch "
-        f"restarts {SERVING_UNIT}; GET /v1/models (401 without the key refuses). Any refusal "
-        "stops here with exit status 2, nothing changed",
+        f"GiB{pages}; >= {MIN_DISK_GIB:.0f} GiB free on /; {SERVING_UNIT} runs; the target "
+        f"evaluates and its switch restarts it; GET /v1/models (401 without the key refuses). "
+        "Any refusal stops here with exit status 2, nothing changed",
         "record the generation the host runs (what a rollback goes back to)",
         "snapshot S0 (read only)",
         f"switch: {plan.switch} (at most {settings.switch_timeout:g} s), then wait until "

@@ -12,6 +12,7 @@ standard library only, so every layer that needs it (``scenario``, ``certify``) 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,13 @@ BOARD_TYPES = {
 }  # fmt: skip
 P150_TYPES = frozenset({"p150a", "p150b", "p150c"})
 SNAPSHOT_KEYS = ("time", "host_info", "host_sw_vers", "device_info")
+SNAPSHOT_ON_STDOUT_SINCE_TT_SMI = (3, 0, 5)
+"""tt-smi 3.0.5 first prints ``-s`` on standard output, where the snapshot reads it, and first
+takes ``--snapshot_no_tty``, which it passes (tenstorrent/tt-smi ``CHANGELOG.md`` 3.0.5;
+``tt_smi/tt_smi.py`` ``main``: ``backend.print_logs_to_stdout``); 3.0.4 wrote
+``~/tt_smi/<timestamp>_snapshot.json`` and printed only its path. The sources tagged v3.0.5
+still say 3.0.4 in ``pyproject.toml`` (the next bump went to 3.0.6), so a tt-smi that says
+3.0.4 may print either way: it is refused with the older ones."""
 PROCESSES_SINCE_TT_SMI = (6, 0, 0)
 """tt-smi 6.0.0 first prints ``processes`` (tt-smi ``debian/changelog``: "Include processes in
 snapshot output"); older releases have no such key, and the holders are then not inspectable."""
@@ -129,9 +137,10 @@ def holders_unknown(
 
 
 def version_tuple(text: str) -> tuple[int, ...] | None:
-    """The first dotted version in ``text`` as integers (``TT-KMD 2.10.0-rc1`` -> (2, 10, 0))."""
+    """The first dotted version in ``text`` as integers (``TT-KMD 2.10.0-rc1`` -> (2, 10, 0),
+    ``6.2.1+vmtests.stub`` -> (6, 2, 1))."""
     for word in text.replace("v", " ").split():
-        parts = word.split("-", 1)[0].split(".")
+        parts = re.split(r"[-+]", word, maxsplit=1)[0].split(".")
         if len(parts) >= 2 and all(part.isdigit() for part in parts):
             return tuple(int(part) for part in parts)
     return None

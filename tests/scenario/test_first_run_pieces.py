@@ -124,12 +124,14 @@ class _Switch:
 TOOLS = ("systemctl", "journalctl", "curl", "tt-smi", "docker")
 
 
-def _fake_tools(directory: Path, unit_state: str = "active running") -> str:
+def _fake_tools(
+    directory: Path, unit_state: str = "active running", tt_smi_version: str = "6.2.1"
+) -> str:
     """Fakes of TOOLS in ``directory``, the serving unit in ``unit_state`` (ActiveState
-    SubState); the PATH that finds them first."""
+    SubState), tt-smi saying ``tt_smi_version``; the PATH that finds them first."""
     active, sub = unit_state.split()
     scripts = {
-        "tt-smi": "echo 6.2.1",
+        "tt-smi": f"echo {tt_smi_version}",
         "docker": "echo Docker version 26.1.5",
         "systemctl": f"""case $1 in show) printf 'ActiveState={active}\\nSubState={sub}\\n';;
   *) echo systemd 257 '(257.13)';; esac""",
@@ -198,6 +200,26 @@ def test_a_serving_unit_that_does_not_run_is_refused_as_such(
     assert f"tenstorrent-serving.service is {active} ({sub}): it is not running" in unit.message
     assert "journalctl -b -u tenstorrent-serving.service" in unit.message
     assert Check.PREFLIGHT_RESTARTS not in {item.check for item in found.items}
+
+
+@pytest.mark.parametrize(
+    ("version", "holds"),
+    [("3.0.4", False), ("2.1.0", False), ("3.0.6", True), ("6.2.1+vmtests.stub", True)],
+)
+def test_a_tt_smi_that_prints_no_snapshot_on_stdout_is_refused(
+    tmp_path: Path, version: str, holds: bool
+) -> None:
+    """tt-smi before 3.0.5 wrote ``-s`` to a file only (tt-smi CHANGELOG.md): the card check
+    would read no snapshot, for a reason that has nothing to do with the settings."""
+    machine = cast(Machine, LocalShell(_fake_tools(tmp_path, tt_smi_version=version)))
+    switcher = cast(Switcher, _Switch(DryRun(True, True, "d")))
+    found = run_preflight(machine, CFX, switcher, Settings())
+    (item,) = [item for item in found.items if item.check == Check.PREFLIGHT_TT_SMI]
+    assert (item.ok, item.reason) == (holds, None if holds else Reason.TOOL_TOO_OLD), item
+    assert f"tt-smi {version}; the snapshot needs at least 3.0.5" in item.message
+    if not holds:
+        assert found.refusal == item  # before memory and disk, which are this host's
+        assert "upgrade tt-smi on the host to 3.0.5 or later" in item.message
 
 
 class _NixosShell(LocalShell):

@@ -4,8 +4,9 @@ for a reason that has nothing to do with the settings under test, asked before a
 Each item is a result keyed by a ``Check`` (``preflight.*``) and, when it does not hold, a
 ``Reason``; the first that does not hold refuses the run with one line (exit 2): a required tool
 is missing (the versions found of tt-smi, docker, systemd and nixos-rebuild are reported either
-way); ``MemAvailable`` below the owner's floor; the hugepages the target still has to reserve do
-not fit above it; too little free disk; the serving unit is not running (failed or inactive: a
+way); tt-smi is older than the first that prints its snapshot on standard output;
+``MemAvailable`` below the owner's floor; the hugepages the target still has to reserve do not
+fit above it; too little free disk; the serving unit is not running (failed or inactive: a
 switch restarts only running units, so S1 could not show a restart); the target does not
 evaluate, or its switch would not restart the serving unit (``Switcher.dry_run``); the API
 answers 401 without the key it was given (or without one).
@@ -40,6 +41,7 @@ from vmtests.scenario.install.generations import SWITCH_COMPARED_STATES, simple_
 from vmtests.scenario.install.switching import CommandSwitch, Switcher
 from vmtests.scenario.judgement.checks import unauthorized_message
 from vmtests.scenario.judgement.results import CheckResult
+from vmtests.tt_smi_parse import SNAPSHOT_ON_STDOUT_SINCE_TT_SMI, version_tuple
 
 PREFLIGHT = "preflight"
 """The stage label of the preflight's results."""
@@ -144,6 +146,24 @@ def _versions(sections: dict[str, str]) -> dict[str, str]:
         tool: " ".join(sections.get(f"version {tool}", "").split()) or "-"
         for tool in VERSION_COMMANDS
     }
+
+
+def _tt_smi_item(found: str) -> CheckResult:
+    """Whether tt-smi prints its snapshot where the run reads it: on standard output, which it
+    does since ``SNAPSHOT_ON_STDOUT_SINCE_TT_SMI`` (a version it does not say is not compared)."""
+    since = ".".join(map(str, SNAPSHOT_ON_STDOUT_SINCE_TT_SMI))
+    version = version_tuple(found)
+    if version is None:
+        return _item(Check.PREFLIGHT_TT_SMI, True, Reason.TOOL_TOO_OLD,
+                     f"no tt-smi version in {found!r}: not compared with {since}")  # fmt: skip
+    recent = version >= SNAPSHOT_ON_STDOUT_SINCE_TT_SMI
+    detail = f"tt-smi {found}; the snapshot needs at least {since}"
+    if not recent:
+        detail += (
+            f": tt-smi {found} writes `tt-smi -s` to a file, not to standard output, and knows no "
+            f"--snapshot_no_tty; upgrade tt-smi on the host to {since} or later"
+        )
+    return _item(Check.PREFLIGHT_TT_SMI, recent, Reason.TOOL_TOO_OLD, detail)
 
 
 def _memory_items(sections: dict[str, str], profile: Profile) -> list[CheckResult]:
@@ -280,6 +300,7 @@ def run_preflight(
             + f"found {preflight.versions_line()}",
         )
     )
+    preflight.items.append(_tt_smi_item(preflight.versions["tt-smi"]))
     preflight.items += _memory_items(sections, profile)
     unit = _unit_item(sections)
     preflight.items.append(unit)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from vmtests.driver.errors import CommandFailed
+from vmtests.driver.errors import CommandFailed, WaitTimeout
 from vmtests.driver.machine import CommandResult, Reconnecting
 from vmtests.driver.ssh import SshMachine
 
@@ -64,3 +64,24 @@ def test_a_refused_reboot_request_leaves_no_reboot_pending(
     with pytest.raises(CommandFailed):
         machine.reboot(timeout=900)
     assert not machine.reboot_pending
+
+
+def test_a_host_that_never_went_down_leaves_no_reboot_pending(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The old session stayed open the whole ``reboot_timeout``: the host did not reboot, so a
+    rollback must run on the boot that still answers, not wait for a new one that never
+    comes."""
+    machine, connections = _host(monkeypatch)
+
+    def stayed_open(deadline: float) -> None:
+        raise WaitTimeout("the ssh session to cfx-llm2 to end", 900.0, "the session stayed open")
+
+    monkeypatch.setattr(machine, "_wait_session_end", stayed_open)
+    with pytest.raises(WaitTimeout):
+        machine.reboot(timeout=900)
+    assert not machine.reboot_pending
+    machine.reconnect()
+    ((left, skipped),) = connections
+    assert skipped is None  # any boot: the one that answered all along
+    assert 110 < left <= 120

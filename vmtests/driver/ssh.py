@@ -230,8 +230,9 @@ class SshMachine(Machine):
 
     @property
     def reboot_pending(self) -> bool:
-        """True from a reboot request until a new boot answered: a Ctrl-C during the wait
-        leaves it set (the old session may still answer while the host goes down)."""
+        """True from a reboot request until a new boot answered (or the old session outlived
+        the wait: the host did not go down): a Ctrl-C during the wait leaves it set (the old
+        session may still answer while the host goes down)."""
         return self._reboot_pending
 
     def reconnect(self, timeout: float | None = None) -> None:
@@ -290,8 +291,16 @@ class SshMachine(Machine):
             raise
 
     def _wait_until_answering(self, deadline: float) -> None:
-        """Wait for the old session to drop, then reconnect to a new boot by ``deadline``."""
-        self._wait_session_end(deadline)
+        """Wait for the old session to drop, then reconnect to a new boot by ``deadline``.
+
+        An old session still open at ``deadline`` means the host did not go down (the session
+        of a host going down ends within 15 s: ``ServerAliveInterval``, ``ServerAliveCountMax``):
+        no reboot is pending then, and the old boot is the one a rollback must reach."""
+        try:
+            self._wait_session_end(deadline)
+        except WaitTimeout:
+            self._reboot_pending = False
+            raise
         self._disconnect()
         with log.nested(f"reconnecting to {self.name}"):
             self._connect(deadline, not_boot_id=self._pre_reboot_boot_id)

@@ -103,6 +103,9 @@ def test_the_plan_names_every_step_command_and_the_downtime() -> None:
     )  # fmt: skip
     text = render_run_plan(plan)
     assert "1. connect to ssh://root@cfx-llm2" in text
+    # Every preflight refusal is announced, tt-smi's version and the serving unit's state too.
+    assert "their versions, tt-smi >= 3.0.5;" in text
+    assert "tenstorrent-serving.service runs;" in text
     assert "switch: switch command: nixos-rebuild switch --flake /etc/nixos#x" in text
     assert "roll back with `nix-env -p /nix/var/nix/profiles/system --switch-generation 41" in text
     assert "at most 3780 s (stop_timeout + ready_timeout)" in text

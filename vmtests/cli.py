@@ -43,7 +43,7 @@ from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
 from vmtests.guest import REFERENCE_TARGET, SSH_TARGET_PREFIX, TARGET_FORMS
 from vmtests.guest.cache_key import cached_builds, output_lines
-from vmtests.guest.host_settings import resolve, ssh_options
+from vmtests.guest.host_settings import machine_options, resolve
 from vmtests.guest.image import install_ssh_key, is_reference_guest, write_guest_description
 from vmtests.guest.targets import TargetError, machine_from_target
 from vmtests.profiles import Profile, ProfileError, available_profiles, load_profile
@@ -216,7 +216,7 @@ def _switcher(args: argparse.Namespace, profile: Profile, target: str, found: Se
 def _machine(target: str, state_dir: Path, found: Settings | None = None) -> Iterator[Machine]:
     """The machine for ``target`` (an ssh target with the settings' ssh options), closed (never
     powered off for ssh) at the end."""
-    options = ssh_options(found) if found and target.startswith(SSH_TARGET_PREFIX) else {}
+    options = machine_options(target, found) if found else {}
     machine = machine_from_target(target, state_dir, **options)
     try:
         yield machine

@@ -11,6 +11,7 @@ import pytest
 from vmtests.guest import REFERENCE_TARGET, SSH_TARGET_PREFIX, TARGET_FORMS
 
 if TYPE_CHECKING:
+    from vmtests.contracts.settings import Settings
     from vmtests.driver.machine import Machine
     from vmtests.driver.qemu import QemuMachine
     from vmtests.guest.image import ReferenceImage
@@ -33,8 +34,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # ---- options, profile and machine target (the persistence scenario) ------------------------------
-# Options: --profile, --target, --report-dir, --hw-opt-in. Tests marked ``hw`` run only with an
-# ``ssh://`` target AND --hw-opt-in; everything else ignores the hardware entirely.
+# Options: --profile, --target, --host-config, --report-dir, --hw-opt-in. Tests marked ``hw`` run
+# only with an ``ssh://`` target AND --hw-opt-in; everything else ignores the hardware entirely.
+# The host's settings come from the target's query options and --host-config as ``vmtests run``
+# takes them (``vmtests.guest.host_settings.resolve``).
 
 DEFAULT_PROFILE = "cfx-llm2"
 
@@ -51,6 +54,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--target",
         default=REFERENCE_TARGET,
         help=f"machine target: {TARGET_FORMS} (default {REFERENCE_TARGET})",
+    )
+    group.addoption(
+        "--host-config",
+        default=None,
+        metavar="FILE",
+        help="YAML file of the target host's settings (timeouts, ssh options, ...), as "
+        "`vmtests run --host-config` takes it",
     )
     group.addoption(
         "--report-dir",
@@ -154,8 +164,33 @@ def vmtests_profile(pytestconfig: pytest.Config) -> Profile:
 
 @pytest.fixture(scope="session")
 def vmtests_target(pytestconfig: pytest.Config) -> str:
-    """The machine target string given by --target."""
+    """The machine target string given by --target (with its query options, as reports show
+    it)."""
     return str(pytestconfig.getoption("--target"))
+
+
+@pytest.fixture(scope="session")
+def vmtests_resolved_target(
+    pytestconfig: pytest.Config, vmtests_target: str
+) -> tuple[str, Settings]:
+    """--target without its query options, and the host's settings: the environment's, then
+    --host-config, then the target's options; on an ssh:// target the timeouts none of them set
+    are a real host's (``vmtests.guest.host_settings.resolve``, as ``vmtests run`` does)."""
+    from vmtests.contracts.settings import SettingError  # noqa: PLC0415
+    from vmtests.guest.host_settings import resolve  # noqa: PLC0415
+
+    host_config = pytestconfig.getoption("--host-config")
+    try:
+        return resolve(vmtests_target, Path(str(host_config)) if host_config else None)
+    except SettingError as error:
+        raise pytest.UsageError(str(error)) from error
+
+
+@pytest.fixture(scope="session")
+def vmtests_settings(vmtests_resolved_target: tuple[str, Settings]) -> Settings:
+    """The target host's settings (timeouts, ssh options, container, port, API key file), for
+    whatever a test runs against ``vmtests_machine``."""
+    return vmtests_resolved_target[1]
 
 
 @pytest.fixture(scope="session")
@@ -171,17 +206,23 @@ def vmtests_report_dir(
 
 @pytest.fixture(scope="session")
 def vmtests_machine(
-    pytestconfig: pytest.Config, vmtests_target: str, tmp_path_factory: pytest.TempPathFactory
+    pytestconfig: pytest.Config,
+    vmtests_resolved_target: tuple[str, Settings],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Machine]:
-    """The machine --target names, not started (the scenario starts it); closed at the end.
+    """The machine --target names, with the host's ssh settings (``vmtests_settings``), not
+    started (the scenario starts it); closed at the end.
 
     An ssh:// target is refused without --hw-opt-in: the scenario reboots the machine.
     """
+    from vmtests.guest.host_settings import machine_options  # noqa: PLC0415
     from vmtests.guest.targets import machine_from_target  # noqa: PLC0415
 
-    if vmtests_target.startswith(SSH_TARGET_PREFIX) and not hardware_allowed(pytestconfig):
-        pytest.skip(f"--target {vmtests_target} is a real host: pass --hw-opt-in to use it")
-    machine = machine_from_target(vmtests_target, tmp_path_factory.mktemp("machine"))
+    target, found = vmtests_resolved_target
+    if target.startswith(SSH_TARGET_PREFIX) and not hardware_allowed(pytestconfig):
+        pytest.skip(f"--target {target} is a real host: pass --hw-opt-in to use it")
+    options = machine_options(target, found)
+    machine = machine_from_target(target, tmp_path_factory.mktemp("machine"), **options)
     try:
         yield machine
     finally:

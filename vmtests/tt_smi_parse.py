@@ -4,6 +4,10 @@ It reads what tenstorrent/tt-smi 6.x prints for ``-s`` (``tt_smi/log.py`` ``TTSM
 whether the real tool or the stub (``vmtests/stub/tt_smi.py``) printed it. It is neutral:
 standard library only, so every layer that needs it (``scenario``, ``certify``) can import it.
 
+- ``SNAPSHOT_COMMAND``: how every snapshot runs ``tt-smi -s``, saying first which pid tt-smi
+  runs as: tt-smi opens the cards to take the snapshot and lists itself among their processes
+  (tenstorrent/tt-smi issue 260; ``tt_smi/backend.py`` ``get_device_processes`` lists every pid
+  tt-kmd records), so that its own entry can be told from the card's users by pid;
 - ``parse_snapshot``: the JSON of ``tt-smi -s`` (indented or not; leading log lines are
   skipped) into boards and processes; a board's type is decoded from its ``board_id`` as
   ``tt_smi/utils.py`` ``get_board_type`` does (UPI = ``(board_id >> 36) & 0xFFFFF``).
@@ -12,6 +16,7 @@ standard library only, so every layer that needs it (``scenario``, ``certify``) 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +30,13 @@ BOARD_TYPES = {
 }  # fmt: skip
 P150_TYPES = frozenset({"p150a", "p150b", "p150c"})
 SNAPSHOT_KEYS = ("time", "host_info", "host_sw_vers", "device_info")
+SNAPSHOT_ON_STDOUT_SINCE_TT_SMI = (3, 0, 5)
+"""tt-smi 3.0.5 first prints ``-s`` on standard output, where the snapshot reads it, and first
+takes ``--snapshot_no_tty``, which it passes (tenstorrent/tt-smi ``CHANGELOG.md`` 3.0.5;
+``tt_smi/tt_smi.py`` ``main``: ``backend.print_logs_to_stdout``); 3.0.4 wrote
+``~/tt_smi/<timestamp>_snapshot.json`` and printed only its path. The sources tagged v3.0.5
+still say 3.0.4 in ``pyproject.toml`` (the next bump went to 3.0.6), so a tt-smi that says
+3.0.4 may print either way: it is refused with the older ones."""
 PROCESSES_SINCE_TT_SMI = (6, 0, 0)
 """tt-smi 6.0.0 first prints ``processes`` (tt-smi ``debian/changelog``: "Include processes in
 snapshot output"); older releases have no such key, and the holders are then not inspectable."""
@@ -34,6 +46,14 @@ PIDS_SINCE_TT_KMD = (2, 5, 0)
 NAMESPACED_PIDS_SINCE_TT_KMD = (2, 7, 0)
 """tt-kmd 2.7.0 prints those pids in the reader's PID namespace (``enumerate.c``
 ``pids_proc_show``, ``pid_vnr``); before, a container's holders show the container's own pids."""
+
+
+OWN_PID_LINE = "vmtests: tt-smi runs as pid "
+SNAPSHOT_COMMAND = f'echo "{OWN_PID_LINE}$$"; exec tt-smi -s --snapshot_no_tty'
+"""Shell for ``sh -c``: print this shell's pid, then become ``tt-smi -s``, which keeps it (a
+pip console script is exec'd by its interpreter line, nixpkgs's wrapper execs
+``.tt-smi-wrapped``)."""
+_OWN_PID = re.compile(f"^{re.escape(OWN_PID_LINE)}([0-9]+)$", re.MULTILINE)
 
 
 class TtSmiError(ValueError):
@@ -91,10 +111,19 @@ class TtSmiSnapshot:
     boards: list[Board]
     processes: list[Process] | None
     """None when tt-smi printed no ``processes`` key (older than ``PROCESSES_SINCE_TT_SMI``)."""
+    own_pid: int | None = None
+    """The pid tt-smi ran as (``SNAPSHOT_COMMAND``; None when the output does not say)."""
+
+    @property
+    def card_users(self) -> list[Process]:
+        """The processes holding a card, without tt-smi's own entry (it held the cards only to
+        take this snapshot)."""
+        return [process for process in self.processes or [] if process.pid != self.own_pid]
 
     def holders(self, device: int = 0) -> list[int]:
-        """PIDs of the processes holding ``device`` (none known without ``processes``)."""
-        return [process.pid for process in self.processes or [] if process.device == device]
+        """PIDs of the processes holding ``device`` (none known without ``processes``), tt-smi
+        itself left out."""
+        return [process.pid for process in self.card_users if process.device == device]
 
     @property
     def driver_version(self) -> tuple[int, ...] | None:
@@ -129,12 +158,22 @@ def holders_unknown(
 
 
 def version_tuple(text: str) -> tuple[int, ...] | None:
-    """The first dotted version in ``text`` as integers (``TT-KMD 2.10.0-rc1`` -> (2, 10, 0))."""
+    """The first dotted version in ``text`` as integers (``TT-KMD 2.10.0-rc1`` -> (2, 10, 0),
+    ``6.2.1+vmtests.stub`` -> (6, 2, 1))."""
     for word in text.replace("v", " ").split():
-        parts = word.split("-", 1)[0].split(".")
+        parts = re.split(r"[-+]", word, maxsplit=1)[0].split(".")
         if len(parts) >= 2 and all(part.isdigit() for part in parts):
             return tuple(int(part) for part in parts)
     return None
+
+
+def split_own_pid(text: str) -> tuple[int | None, str]:
+    """(the pid ``SNAPSHOT_COMMAND`` said tt-smi runs as, or None; ``text`` without that
+    line)."""
+    match = _OWN_PID.search(text)
+    if match is None:
+        return None, text
+    return int(match[1]), text[: match.start()] + text[match.end() :].removeprefix("\n")
 
 
 def _json_start(text: str) -> int:
@@ -152,6 +191,7 @@ def _mapping(value: object, where: str) -> dict[str, Any]:
 
 def parse_snapshot(text: str) -> TtSmiSnapshot:
     """Read ``tt-smi -s`` output; raise ``TtSmiError`` saying what is wrong."""
+    own_pid, text = split_own_pid(text)
     start = _json_start(text)
     try:
         data, _ = json.JSONDecoder().raw_decode(text[start:].lstrip())
@@ -194,4 +234,5 @@ def parse_snapshot(text: str) -> TtSmiSnapshot:
         tt_smi_version=str(versions.get("tt_smi", "")),
         boards=boards,
         processes=processes if "processes" in top else None,
+        own_pid=own_pid,
     )

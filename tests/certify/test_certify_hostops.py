@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from vmtests.certify import hostops
 from vmtests.contracts.settings import Settings
 from vmtests.driver.machine import CommandResult, Machine
+from vmtests.tt_smi_parse import OWN_PID_LINE
 
 
 class Scripted(Machine):
@@ -84,6 +86,14 @@ def test_memory_disk_and_tt_smi_parsing() -> None:
     assert hostops.mem_available_kib(machine) == 5000000
     assert hostops.disk_free_kib(machine) == 2500000
     assert hostops.tt_smi_snapshot(machine)["host_info"]["Driver"] == "TT-KMD 2.10.0"
+
+
+def test_tt_smis_own_entry_is_left_out_of_the_processes() -> None:
+    """tt-smi holds the card while it takes the snapshot: not a holder of the card."""
+    listed = {"processes": [{"pid": 4242, "cmdline": "python3 /usr/bin/tt-smi -s"},
+                            {"pid": 48213, "cmdline": "python3 -m vllm"}]}  # fmt: skip
+    machine = Scripted({"tt-smi -s": (0, f"{OWN_PID_LINE}4242\n{json.dumps(listed)}")})
+    assert hostops.tt_smi_snapshot(machine)["processes"] == [listed["processes"][1]]
 
 
 def test_a_start_and_its_wait_share_one_ready_timeout(monkeypatch: pytest.MonkeyPatch) -> None:

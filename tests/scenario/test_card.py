@@ -14,6 +14,7 @@ from vmtests.scenario.collection.collect import MARK, parse_snapshot
 from vmtests.scenario.collection.snapshot import Endpoint
 from vmtests.scenario.judgement.card import check_card
 from vmtests.scenario.judgement.results import failures
+from vmtests.tt_smi_parse import OWN_PID_LINE
 
 SAMPLE = Path(__file__).parents[1] / "stub" / "data" / "tt-smi-6.2.1-snapshot.json"
 
@@ -53,6 +54,28 @@ def test_an_active_service_with_nobody_holding_the_card_fails() -> None:
     snapshot.tt_smi = Endpoint("tt-smi -s", 0, json.dumps(data, indent=4))
     (bad,) = failures(check_card(snapshot))
     assert "is active but tt-smi shows no process holding the card" in bad.message
+
+
+TT_SMI_ITSELF = {
+    "pid": 4242, "user": "root", "device": 0,
+    "cmdline": "/nix/store/0123-tt-smi-3.0.30/bin/.tt-smi-wrapped -s --snapshot_no_tty",
+}  # fmt: skip
+"""tt-smi's own entry: it opens the card to take the snapshot (tt-smi issue 260)."""
+
+
+def test_tt_smi_itself_does_not_hold_the_card_for_the_server() -> None:
+    data = json.loads(SAMPLE.read_text())
+    data["processes"] = [TT_SMI_ITSELF]
+    snapshot = good_snapshot()
+    body = f"{OWN_PID_LINE}4242\n{json.dumps(data, indent=4)}"  # as SNAPSHOT_COMMAND prints it
+    snapshot.tt_smi = Endpoint("tt-smi -s", 0, body)
+    (bad,) = failures(check_card(snapshot))
+    assert "is active but tt-smi shows no process holding the card" in bad.message
+    data["processes"].append({**TT_SMI_ITSELF, "pid": 48213, "cmdline": "python3 -m vllm"})
+    snapshot.tt_smi = Endpoint("tt-smi -s", 0, f"{OWN_PID_LINE}4242\n{json.dumps(data)}")
+    results = check_card(snapshot)
+    assert failures(results) == []
+    assert results[-1].message == "pid 48213 on device 0"
 
 
 @pytest.mark.parametrize(

@@ -144,7 +144,8 @@ def test_snapshot_round_trips_through_json() -> None:
 def test_snapshot_command_quotes_its_arguments() -> None:
     command = snapshot_command("tenstorrent-serving.service", 8000, "hp.service", "name; rm")
     assert "'name; rm'" in command
-    assert command.count("sh -c") == 1
+    # One script, quoted whole (inside it, tt-smi runs through sh -c "$SMI").
+    assert command.count("sh -c '") == 1
 
 
 def test_redaction_helpers() -> None:

@@ -23,6 +23,7 @@ from vmtests.scenario.collection.collect import parse_snapshot, snapshot_command
 from vmtests.scenario.collection.snapshot import Snapshot
 from vmtests.scenario.judgement.checks import check_service
 from vmtests.stub import knobs
+from vmtests.tt_smi_parse import parse_snapshot as parse_tt_smi
 
 UNIT = "tenstorrent-serving.service"
 HUGEPAGES = "tenstorrent-hugepages.service"
@@ -93,6 +94,8 @@ def _run(
     port: int = 8000,
     api_key_file: str | None = None,
     sysctl_dir: Path | None = None,
+    *,
+    card: bool = False,
 ) -> tuple[Snapshot, str, list[str]]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
@@ -106,7 +109,7 @@ def _run(
     )
     fake.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
-    script = snapshot_command(UNIT, port, HUGEPAGES, None, card=False, api_key_file=api_key_file)
+    script = snapshot_command(UNIT, port, HUGEPAGES, None, card=card, api_key_file=api_key_file)
     if sysctl_dir is not None:
         assert script.count(" /etc/sysctl.d ") == 1, "the script reads /etc/sysctl.d elsewhere"
         script = script.replace(" /etc/sysctl.d ", f" {sysctl_dir} ")
@@ -127,6 +130,30 @@ def _run(
 def collected(tmp_path: Path) -> tuple[Snapshot, str, list[str], Path]:
     table, fragment = _machine(tmp_path)
     return (*_run(tmp_path, table), fragment)
+
+
+FAKE_TT_SMI = """#!/bin/sh
+# tt-smi lists itself among the card's processes: it opened the card for this snapshot.
+printf '{"time": "t", "host_info": {"Driver": "TT-KMD 2.10.0"}, "host_sw_vers": {}, '
+printf '"device_info": [], "processes": [{"pid": %s, "device": 0, "cmdline": "tt-smi -s"}, ' $$
+printf '{"pid": 48213, "device": 0, "cmdline": "python3 -m vllm"}]}\\n'
+"""
+
+
+def test_the_snapshot_knows_tt_smis_own_pid(tmp_path: Path) -> None:
+    """The snapshot's tt-smi says which pid it runs as, through ``timeout``, ``sh -c`` and its
+    own ``exec``; only the other processes hold the card."""
+    table, _ = _machine(tmp_path)
+    (tmp_path / "bin").mkdir()
+    fake = tmp_path / "bin" / "tt-smi"
+    fake.write_text(FAKE_TT_SMI)
+    fake.chmod(0o755)
+    snapshot, _, _ = _run(tmp_path, table, card=True)
+    assert snapshot.tt_smi.status == 0, snapshot.tt_smi
+    card = parse_tt_smi(snapshot.tt_smi.body)
+    assert card.own_pid is not None
+    assert [p.pid for p in card.processes or []] == [card.own_pid, 48213]
+    assert card.holders(0) == [48213]
 
 
 def test_systemd_is_asked_once_per_unit(collected: tuple[Snapshot, str, list[str], Path]) -> None:

@@ -103,6 +103,9 @@ def test_the_plan_names_every_step_command_and_the_downtime() -> None:
     )  # fmt: skip
     text = render_run_plan(plan)
     assert "1. connect to ssh://root@cfx-llm2" in text
+    # Every preflight refusal is announced, tt-smi's version and the serving unit's state too.
+    assert "their versions, tt-smi >= 3.0.5;" in text
+    assert "tenstorrent-serving.service runs;" in text
     assert "switch: switch command: nixos-rebuild switch --flake /etc/nixos#x" in text
     assert "roll back with `nix-env -p /nix/var/nix/profiles/system --switch-generation 41" in text
     assert "at most 3780 s (stop_timeout + ready_timeout)" in text
@@ -124,12 +127,17 @@ class _Switch:
 TOOLS = ("systemctl", "journalctl", "curl", "tt-smi", "docker")
 
 
-def _fake_tools(directory: Path) -> str:
-    """Fakes of TOOLS in ``directory``; the PATH that finds them first."""
+def _fake_tools(
+    directory: Path, unit_state: str = "active running", tt_smi_version: str = "6.2.1"
+) -> str:
+    """Fakes of TOOLS in ``directory``, the serving unit in ``unit_state`` (ActiveState
+    SubState), tt-smi saying ``tt_smi_version``; the PATH that finds them first."""
+    active, sub = unit_state.split()
     scripts = {
-        "tt-smi": "echo 6.2.1",
+        "tt-smi": f"echo {tt_smi_version}",
         "docker": "echo Docker version 26.1.5",
-        "systemctl": "echo systemd 257 '(257.13)'",
+        "systemctl": f"""case $1 in show) printf 'ActiveState={active}\\nSubState={sub}\\n';;
+  *) echo systemd 257 '(257.13)';; esac""",
         "curl": "printf 200",  # GET /v1/models answers 200
         "journalctl": "true",
     }
@@ -173,6 +181,48 @@ def test_the_preflight_against_fake_tools(
     assert "nixos-rebuild" in found.versions
     (hugepages,) = [item for item in found.items if item.check == Check.PREFLIGHT_HUGEPAGES]
     assert "the hugepages still to reserve" in hugepages.message
+
+
+@pytest.mark.parametrize("unit_state", ["failed failed", "inactive dead"])
+def test_a_serving_unit_that_does_not_run_is_refused_as_such(
+    tmp_path: Path, unit_state: str
+) -> None:
+    """switch-to-configuration restarts only running units: from a failed or stopped one the
+    dry run sees no restart, which is not "the switch changes nothing"."""
+    machine = cast(Machine, LocalShell(_fake_tools(tmp_path, unit_state)))
+    switcher = cast(Switcher, _Switch(DryRun(True, False, "would not restart")))
+    found = run_preflight(machine, CFX, switcher, Settings())
+    refusal = found.refusal
+    assert refusal is not None
+    # Memory and disk are this host's: the unit's item comes after them.
+    if refusal.reason not in {Reason.LOW_MEMORY, Reason.HUGEPAGES_DO_NOT_FIT, Reason.LOW_DISK}:
+        assert (refusal.check, refusal.reason) == (Check.PREFLIGHT_ACTIVE, Reason.NOT_ACTIVE)
+    (unit,) = [item for item in found.items if item.check == Check.PREFLIGHT_ACTIVE]
+    active, sub = unit_state.split()
+    assert (unit.ok, unit.reason) == (False, Reason.NOT_ACTIVE)
+    assert f"tenstorrent-serving.service is {active} ({sub}): it is not running" in unit.message
+    assert "journalctl -b -u tenstorrent-serving.service" in unit.message
+    assert Check.PREFLIGHT_RESTARTS not in {item.check for item in found.items}
+
+
+@pytest.mark.parametrize(
+    ("version", "holds"),
+    [("3.0.4", False), ("2.1.0", False), ("3.0.6", True), ("6.2.1+vmtests.stub", True)],
+)
+def test_a_tt_smi_that_prints_no_snapshot_on_stdout_is_refused(
+    tmp_path: Path, version: str, holds: bool
+) -> None:
+    """tt-smi before 3.0.5 wrote ``-s`` to a file only (tt-smi CHANGELOG.md): the card check
+    would read no snapshot, for a reason that has nothing to do with the settings."""
+    machine = cast(Machine, LocalShell(_fake_tools(tmp_path, tt_smi_version=version)))
+    switcher = cast(Switcher, _Switch(DryRun(True, True, "d")))
+    found = run_preflight(machine, CFX, switcher, Settings())
+    (item,) = [item for item in found.items if item.check == Check.PREFLIGHT_TT_SMI]
+    assert (item.ok, item.reason) == (holds, None if holds else Reason.TOOL_TOO_OLD), item
+    assert f"tt-smi {version}; the snapshot needs at least 3.0.5" in item.message
+    if not holds:
+        assert found.refusal == item  # before memory and disk, which are this host's
+        assert "upgrade tt-smi on the host to 3.0.5 or later" in item.message
 
 
 class _NixosShell(LocalShell):

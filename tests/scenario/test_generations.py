@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
@@ -21,6 +22,7 @@ from vmtests.scenario.install.generations import (
     restarts_in,
 )
 from vmtests.scenario.runner.recovery import (
+    SWITCH_PROCESSES,
     Action,
     OnFailure,
     Recovery,
@@ -165,19 +167,32 @@ def test_the_nixos_generation_and_its_exact_way_back() -> None:
 class _Host(_Answers):
     """A NixOS host after a failed run, answering as ``_Answers`` does; ``dropped`` makes the
     first command find the ssh session gone, as a switch that restarted the network leaves it,
-    until ``reconnect``."""
+    until ``reconnect``; ``reboot_pending``: a Ctrl-C cut the wait for a reboot short;
+    ``interrupted``: a Ctrl-C arrives during the command that contains it."""
 
-    def __init__(self, answers: dict[str, tuple[int, str]], *, dropped: bool = False) -> None:
+    def __init__(
+        self,
+        answers: dict[str, tuple[int, str]],
+        *,
+        dropped: bool = False,
+        reboot_pending: bool = False,
+        interrupted: str | None = None,
+    ) -> None:
         super().__init__(answers)
         self.dropped = dropped
+        self.reboot_pending = reboot_pending
+        self.interrupted = interrupted
 
-    def reconnect(self) -> None:
-        self.commands.append("<reconnect>")
-        self.dropped = False
+    def reconnect(self, timeout: float | None = None) -> None:
+        self.commands.append(f"<reconnect {timeout}>")
+        self.dropped = self.reboot_pending = False
 
     def execute(self, command: str, *args: object, timeout: float) -> CommandResult:
         if self.dropped:
             raise MachineGone(f"{self.name}: not connected")
+        if self.interrupted is not None and self.interrupted in command:
+            self.commands.append(command)
+            raise KeyboardInterrupt
         return super().execute(command, timeout=timeout)
 
     def wait_until_succeeds(self, command: str, *args: object, timeout: float) -> None:
@@ -214,9 +229,43 @@ def test_a_session_dropped_by_the_switch_is_reopened_and_the_switch_awaited() ->
     )  # fmt: skip
     recovery = _rolled_back(host)
     assert recovery.action == Action.ROLLED_BACK, recovery.message
-    steps = ("<reconnect>", "pgrep", "rollback-41")
+    steps = ("<reconnect None>", "pgrep", "rollback-41")  # within the machine's own timeout
     order = [step for command in host.commands for step in steps if step in command]
     assert order == list(steps)
+
+
+HEALTHY_BACK = {"pgrep": (0, ""), "rollback-41": (0, ""), "readlink": (0, OLD),
+                "ActiveState": (0, "active"), "curl": (0, ""), "true": (0, "")}  # fmt: skip
+
+
+def test_a_ctrl_c_during_the_reboot_rolls_back_on_the_new_boot() -> None:
+    """The old boot may still answer while it goes down, and a rollback begun there would die
+    with it: the host is awaited first, as long as its reboot may take."""
+    host = _Host(HEALTHY_BACK, reboot_pending=True)
+    settings = replace(FAST, reboot_timeout=900.0)
+    recovery = recover(
+        cast(Machine, host), OLD_GENERATION, on_failure=OnFailure.ROLLBACK, command=None,
+        settings=settings,
+    )  # fmt: skip
+    assert recovery.action == Action.ROLLED_BACK, recovery.message
+    assert host.commands[0] == "<reconnect 900.0>", host.commands
+    assert host.commands.index("rollback-41") > 0
+
+
+def test_an_interrupted_rollback_says_it_may_still_run_and_how_to_see_it() -> None:
+    host = _Host(HEALTHY_BACK, interrupted="rollback-41")
+    recovery = _rolled_back(host)
+    assert (recovery.action, recovery.verified) == (Action.FAILED, False)
+    assert "was interrupted and may still be running on cfx-llm2" in recovery.message
+    assert f"`{SWITCH_PROCESSES}` lists it until it ends" in recovery.message
+    assert recovery.message.endswith("run as root on cfx-llm2: rollback-41")
+    # Its generation is not asked: the session would wait for the rollback to end first.
+    assert not any("readlink" in command for command in host.commands)
+    # A Ctrl-C while the host is awaited (here: its reboot), before the rollback was sent.
+    waiting = _Host(HEALTHY_BACK, interrupted="true")
+    recovery = _rolled_back(waiting)
+    assert "did not begin (a Ctrl-C stopped the wait for cfx-llm2 to answer)" in recovery.message
+    assert "may still be running" not in recovery.message
 
 
 def test_a_rollback_whose_server_is_still_starting_is_not_called_failed() -> None:

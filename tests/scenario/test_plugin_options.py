@@ -1,15 +1,21 @@
-"""The pytest plugin's options: hw tests never run without explicit opt-in; profile fixture."""
+"""The pytest plugin's options: hw tests never run without explicit opt-in; profile fixture;
+the host's settings as ``vmtests run`` takes them."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import vmtests
 from vmtests.guest import REFERENCE_TARGET
 from vmtests.pytest_plugin import SHARED_GUEST_SECONDS
+
+CHECKOUT = Path(vmtests.__file__).resolve().parents[1]
+"""The checkout under test: the pytest runs below load its plugin, not an installed copy."""
 
 HW_TEST = """
 import pytest
@@ -26,10 +32,17 @@ def test_profile_fixture(vmtests_profile, vmtests_target):
 """
 
 
+def _checkout_first() -> dict[str, str]:
+    """The environment, with the checkout under test first on the module path."""
+    paths = [str(CHECKOUT), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
+
+
 def _run_pytest(cwd: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *arguments],
         cwd=cwd,
+        env=_checkout_first(),
         capture_output=True,
         text=True,
         check=False,
@@ -62,6 +75,33 @@ def test_hw_runs_only_with_opt_in_and_ssh_target(tmp_path: Path) -> None:
     assert "1 failed, 1 passed" in result.stdout
 
 
+SETTINGS_TEST = """
+def test_the_hosts_settings(vmtests_settings, vmtests_machine):
+    assert vmtests_settings.ready_timeout == 1234
+    assert vmtests_settings.origin("ready_timeout") == "--host-config {config}"
+    assert vmtests_settings.reboot_timeout == 777
+    assert vmtests_settings.origin("reboot_timeout") == "target option"
+    assert vmtests_settings.switch_timeout == 1800  # a real host's default on ssh://
+    assert (vmtests_machine.host, vmtests_machine.port) == ("127.0.0.1", 1)
+    assert str(vmtests_machine.identity_file) == "/root/.ssh/vmtests"
+    assert vmtests_machine.connect_timeout == 7
+"""
+
+
+def test_the_hosts_settings_reach_the_fixtures_as_vmtests_run_takes_them(tmp_path: Path) -> None:
+    """A real host's timeouts and ssh options, from --host-config and the target's options:
+    without them the hardware tier would wait as long as for the reference guest's stub."""
+    config = tmp_path / "host.yaml"
+    config.write_text("ready_timeout: 1234\nidentity_file: /root/.ssh/vmtests\n")
+    (tmp_path / "test_settings.py").write_text(SETTINGS_TEST.format(config=config))
+    target = "ssh://nobody@127.0.0.1:1?reboot_timeout=777&connect_timeout=7"
+    result = _run_pytest(
+        tmp_path, "--hw-opt-in", "--target", target, "--host-config", str(config),
+        str(tmp_path / "test_settings.py"),
+    )  # fmt: skip
+    assert "1 passed" in result.stdout, result.stdout + result.stderr
+
+
 @pytest.mark.parametrize("name", ["no-such-profile"])
 def test_missing_profile_is_a_usage_error(tmp_path: Path, name: str) -> None:
     (tmp_path / "test_p.py").write_text("def test_p(vmtests_profile):\n    pass\n")
@@ -78,6 +118,7 @@ def test_missing_profile_is_a_usage_error(tmp_path: Path, name: str) -> None:
             str(tmp_path / "test_p.py"),
         ],
         cwd=tmp_path,
+        env=_checkout_first(),
         capture_output=True,
         text=True,
         check=False,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from vmtests.scenario.prepared import differences, models_without_stamps, tt_smi_without_stamps
+from vmtests.tt_smi_parse import OWN_PID_LINE
 
 MODELS = {
     "object": "list",
@@ -27,9 +28,13 @@ def test_models_lose_only_what_each_answer_stamps() -> None:
     }
 
 
-def test_tt_smi_loses_only_its_time() -> None:
+def test_tt_smi_loses_only_its_time_and_pid() -> None:
     body = json.dumps({"time": "2026-12-02T07:00:34", "device_info": [{"board": "p150"}]})
     assert tt_smi_without_stamps(body) == {"device_info": [{"board": "p150"}]}
+    # The pid the snapshot's tt-smi ran as differs at every snapshot.
+    assert tt_smi_without_stamps(f"{OWN_PID_LINE}4242\n{body}") == {
+        "device_info": [{"board": "p150"}]
+    }
 
 
 def test_a_body_that_is_not_json_stays_as_it_is() -> None:

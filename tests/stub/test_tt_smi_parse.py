@@ -12,7 +12,7 @@ from stub_support import BASELINE_ARGS, StartServer, base_env, tt_smi
 from tt_smi_list import parse_list
 
 from vmtests.stub import knobs
-from vmtests.tt_smi_parse import TtSmiError, board_type_of, parse_snapshot
+from vmtests.tt_smi_parse import TtSmiError, board_type_of, parse_snapshot, version_tuple
 
 DATA = Path(__file__).parent / "data"
 COLUMNS = ["UMD Chip ID", "PCI BDF", "PCI Dev ID", "Board Type", "Device Series", "Board Number"]
@@ -31,6 +31,12 @@ def stub_env(tmp_path: Path) -> dict[str, str]:
     driver = tmp_path / "driver-version"
     driver.write_text("2.10.0\n")
     return base_env(**{knobs.DRIVER_FILE: str(driver)})
+
+
+def test_versions_are_read_past_a_pre_release_or_a_local_label() -> None:
+    assert version_tuple("TT-KMD 2.10.0-rc1") == (2, 10, 0)
+    assert version_tuple("6.2.1+vmtests.stub") == (6, 2, 1)  # the stub's tt-smi --version
+    assert version_tuple("no version") is None
 
 
 def test_board_ids_decode_as_get_board_type_does() -> None:

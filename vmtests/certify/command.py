@@ -25,7 +25,7 @@ from vmtests.contracts.settings import NO_CONTAINER, SettingError, Settings
 from vmtests.contracts.status import ExitStatus, UsageError
 from vmtests.driver.errors import DriverError
 from vmtests.guest import REFERENCE_TARGET, SSH_TARGET_PREFIX, TARGET_FORMS
-from vmtests.guest.host_settings import resolve, ssh_options
+from vmtests.guest.host_settings import machine_options, resolve
 from vmtests.guest.targets import machine_from_target
 from vmtests.profiles import Profile, ProfileError, load_profile
 from vmtests.scenario.collection.redact import redact_text
@@ -135,7 +135,7 @@ def _machine_options(target: str, found: Settings) -> dict[str, object]:
     the ssh settings for an ssh target."""
     if target == REFERENCE_TARGET:
         return {"memory_mb": GUEST_MEMORY_MB}
-    return ssh_options(found) if target.startswith(SSH_TARGET_PREFIX) else {}
+    return machine_options(target, found)
 
 
 def _switcher(args: argparse.Namespace, profile: Profile, target: str, found: Settings) -> Switcher:

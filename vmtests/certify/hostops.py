@@ -25,12 +25,11 @@ from vmtests.profiles.expectations import parse_module_banner
 from vmtests.scenario.collection.snapshot import Snapshot
 from vmtests.scenario.install.switching import wait_ready
 from vmtests.scenario.judgement.banners import module_banner_lines
-from vmtests.tt_smi_parse import holders_unknown
+from vmtests.tt_smi_parse import SNAPSHOT_COMMAND, holders_unknown, split_own_pid
 
 CLD_EXITED, CLD_KILLED, CLD_DUMPED = 1, 2, 3
 SIGKILL = 9
 DOCKER_KILLED = 137
-TT_SMI = "tt-smi"
 
 
 @dataclass(frozen=True)
@@ -146,14 +145,17 @@ def disk_free_kib(machine: Machine, path: str = "/") -> int:
 
 
 def tt_smi_snapshot(machine: Machine) -> dict[str, Any]:
-    """``tt-smi -s`` parsed (plain JSON when not on a terminal); raises ``ValueError``."""
-    result = machine.execute(f"{TT_SMI} -s", timeout=120)
-    text = result.stdout_text
+    """``tt-smi -s`` parsed, without tt-smi's own entry in ``processes`` (it held the cards
+    only to take the snapshot: ``tt_smi_parse.SNAPSHOT_COMMAND``); raises ``ValueError``."""
+    result = machine.execute(f"sh -c {shlex.quote(SNAPSHOT_COMMAND)}", timeout=120)
+    own_pid, text = split_own_pid(result.stdout_text)
     if result.rc != 0 or "{" not in text:
         raise ValueError(
             f"tt-smi -s failed (rc={result.rc}): {(text + result.stderr_text).strip()[-300:]}"
         )
     data: dict[str, Any] = json.loads(text[text.index("{") :])
+    if isinstance(data.get("processes"), list):
+        data["processes"] = [p for p in data["processes"] if p.get("pid") != own_pid]
     return data
 
 

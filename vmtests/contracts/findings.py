@@ -47,9 +47,11 @@ class Check(StrEnum):
     SWITCHED_SYSTEM = "switch.system"
     # the run's preflight (vmtests.scenario.runner.preflight): asked before anything changes
     PREFLIGHT_TOOLS = "preflight.tools"
+    PREFLIGHT_TT_SMI = "preflight.tt-smi"
     PREFLIGHT_MEMORY = "preflight.memory"
     PREFLIGHT_HUGEPAGES = "preflight.hugepages"
     PREFLIGHT_DISK = "preflight.disk"
+    PREFLIGHT_ACTIVE = "preflight.active"
     PREFLIGHT_EVALUATES = "preflight.evaluates"
     PREFLIGHT_RESTARTS = "preflight.restarts"
     PREFLIGHT_API = "preflight.api"
@@ -129,6 +131,7 @@ class Reason(StrEnum):
     OTHER_SYSTEM_ACTIVATED = "other-system-activated"
     # the run's preflight
     TOOL_MISSING = "tool-missing"
+    TOOL_TOO_OLD = "tool-too-old"
     LOW_MEMORY = "low-memory"
     HUGEPAGES_DO_NOT_FIT = "hugepages-do-not-fit"
     LOW_DISK = "low-disk"

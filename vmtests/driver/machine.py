@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Self, TypeAlias
+from typing import Protocol, Self, TypeAlias, runtime_checkable
 
 from vmtests.contracts.settings import Settings
 from vmtests.driver import transfer
@@ -42,6 +42,20 @@ try costs the machine CPU (a ``systemctl show`` is a noticeable part of a second
 docs/ci-time.md), taken from the boot or start being awaited. Polls from the host
 (``wait_for_http_ok`` through a forward) do not."""
 JOURNAL_TAIL_LINES = 40
+
+
+@runtime_checkable
+class Reconnecting(Protocol):
+    """A machine reached over a session that can drop while the machine keeps running (ssh)."""
+
+    @property
+    def reboot_pending(self) -> bool:
+        """True from a reboot request until a new boot answered (a Ctrl-C may end the wait in
+        between): the session still open may be the old boot's, going down."""
+
+    def reconnect(self, timeout: float | None = None) -> None:
+        """Open the session again within ``timeout`` (the machine's own default when None);
+        with a reboot pending, to a new boot only."""
 
 
 @dataclass(frozen=True)

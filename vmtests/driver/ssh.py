@@ -22,7 +22,7 @@ import pexpect
 
 from vmtests.contracts.settings import settings
 from vmtests.driver import procs
-from vmtests.driver.errors import DriverError, MachineGone, WaitTimeout
+from vmtests.driver.errors import CommandFailed, DriverError, MachineGone, WaitTimeout
 from vmtests.driver.log import log
 from vmtests.driver.machine import (
     CommandResult,
@@ -106,6 +106,7 @@ class SshMachine(Machine):
         self._child: Any = None
         self._channel: ShellChannel | None = None
         self._pre_reboot_boot_id: str | None = None
+        self._reboot_pending = False
         if not strict_host_key_checking:
             log.warning(
                 f"{self.name}: host key checking is OFF (explicitly requested); "
@@ -227,12 +228,23 @@ class SshMachine(Machine):
         with log.nested(f"connecting to {self.name} over ssh"):
             self._connect(time.monotonic() + self.start_timeout)
 
-    def reconnect(self) -> None:
-        """Open the session again after it dropped (at most ``start_timeout``): the host
-        keeps running what the old session started."""
+    @property
+    def reboot_pending(self) -> bool:
+        """True from a reboot request until a new boot answered (or the old session outlived
+        the wait: the host did not go down): a Ctrl-C during the wait leaves it set (the old
+        session may still answer while the host goes down)."""
+        return self._reboot_pending
+
+    def reconnect(self, timeout: float | None = None) -> None:
+        """Open the session again after it dropped (at most ``timeout``, by default
+        ``start_timeout``): the host keeps running what the old session started. With a reboot
+        pending, only a new boot counts, as in ``reboot``."""
+        deadline = time.monotonic() + (self.start_timeout if timeout is None else timeout)
+        old_boot = self._pre_reboot_boot_id if self._reboot_pending else None
         with log.nested(f"reconnecting to {self.name} over ssh"):
             self._disconnect()
-            self._connect(time.monotonic() + self.start_timeout)
+            self._connect(deadline, not_boot_id=old_boot)
+        self._reboot_pending = False
 
     def _run(self, command: str, timeout: float) -> CommandResult:
         """Run ``command`` as root (directly or via sudo); rc, stdout and stderr separately."""
@@ -266,16 +278,33 @@ class SshMachine(Machine):
             self._disconnect()
 
     def _issue_reboot(self) -> None:
-        """Ask systemd to reboot (returns at once), remembering the boot that must end."""
+        """Ask systemd to reboot (returns at once), remembering the boot that must end.
+
+        The reboot is pending from before the request (an interrupted request may have reached
+        the host) until a new boot answers; a request the host refused ends it."""
         self._pre_reboot_boot_id = self.boot_id()
-        self.succeed(REBOOT_COMMAND, timeout=30)  # a refused request fails now, not at the timeout
+        self._reboot_pending = True
+        try:
+            self.succeed(REBOOT_COMMAND, timeout=30)  # a refusal fails now, not at the timeout
+        except CommandFailed:
+            self._reboot_pending = False
+            raise
 
     def _wait_until_answering(self, deadline: float) -> None:
-        """Wait for the old session to drop, then reconnect to a new boot by ``deadline``."""
-        self._wait_session_end(deadline)
+        """Wait for the old session to drop, then reconnect to a new boot by ``deadline``.
+
+        An old session still open at ``deadline`` means the host did not go down (the session
+        of a host going down ends within 15 s: ``ServerAliveInterval``, ``ServerAliveCountMax``):
+        no reboot is pending then, and the old boot is the one a rollback must reach."""
+        try:
+            self._wait_session_end(deadline)
+        except WaitTimeout:
+            self._reboot_pending = False
+            raise
         self._disconnect()
         with log.nested(f"reconnecting to {self.name}"):
             self._connect(deadline, not_boot_id=self._pre_reboot_boot_id)
+        self._reboot_pending = False
 
     def _wait_session_end(self, deadline: float) -> None:
         """Block until the current ssh session ends (the host went down) or ``deadline``."""

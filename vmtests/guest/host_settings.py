@@ -119,3 +119,9 @@ def resolve(
 def ssh_options(found: Settings) -> dict[str, object]:
     """The options of ``SshMachine`` these settings give."""
     return {name: getattr(found, name) for name in SSH_SETTINGS}
+
+
+def machine_options(target: str, found: Settings) -> dict[str, object]:
+    """The options of the machine ``target`` (without its query options) names that these
+    settings give: the ssh ones on an ssh:// target, none on another."""
+    return ssh_options(found) if target.startswith(SSH_TARGET_PREFIX) else {}

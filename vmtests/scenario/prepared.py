@@ -47,6 +47,7 @@ from vmtests.scenario.install.reference_switch import (
     ServingConfig,
     install_units,
 )
+from vmtests.tt_smi_parse import split_own_pid
 
 WITNESS_LABEL = "prepared"
 
@@ -87,8 +88,8 @@ def models_without_stamps(body: str) -> object:
 
 
 def tt_smi_without_stamps(body: str) -> object:
-    """``tt-smi -s`` without the time it was taken."""
-    document = _json(body)
+    """``tt-smi -s`` without the time it was taken and the pid it ran as."""
+    document = _json(split_own_pid(body)[1])
     if isinstance(document, dict):
         document.pop("time", None)
     return document

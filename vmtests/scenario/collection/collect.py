@@ -36,6 +36,7 @@ from vmtests.scenario.collection.snapshot import (
     Snapshot,
     UnitState,
 )
+from vmtests.tt_smi_parse import SNAPSHOT_COMMAND
 
 MARK = "@@vmtests-section "
 FILE_MARK = "@@vmtests-file "
@@ -160,7 +161,7 @@ sec tt_smi  # the card as tt-smi sees it (parsed by vmtests.tt_smi_parse)
 if [ "$card" != 1 ]; then
   echo "$NOCARD"
 elif command -v tt-smi >/dev/null 2>&1; then
-  out=$(timeout 60 tt-smi -s --snapshot_no_tty 2>&1); rc=$?
+  out=$(timeout 60 sh -c "$SMI" 2>&1); rc=$?
   printf '%s\n' "$out" | head -c 262144; printf '\n%s\n' "$rc"
 else
   echo "tt-smi: not installed"
@@ -207,7 +208,7 @@ def snapshot_command(
         f"UNITPROPS={shlex.quote(UNIT_PROPERTIES)} "
         f"HPPROPS={shlex.quote(HUGEPAGE_UNIT_PROPERTIES)} "
         f"JFIELDS={shlex.quote(JOURNAL_FIELDS)} "
-        f"NOCARD={shlex.quote(CARD_NOT_ASKED)}"
+        f"NOCARD={shlex.quote(CARD_NOT_ASKED)} SMI={shlex.quote(SNAPSHOT_COMMAND)}"
     )
     values = (
         unit, port, hugepages_unit, container or "", JOURNAL_MAX_LINES, int(card),

@@ -20,6 +20,7 @@ from vmtests.driver.log import log
 from vmtests.driver.machine import Machine
 from vmtests.scenario.collection.collect import MARK, split_sections
 from vmtests.scenario.collection.redact import redact_text
+from vmtests.tt_smi_parse import SNAPSHOT_COMMAND
 
 EVIDENCE_TIMEOUT = 300.0
 PART_TIMEOUT = 60
@@ -52,7 +53,7 @@ sec meminfo
 grep -iE '^(MemTotal|MemAvailable|Huge|Hugetlb)' /proc/meminfo
 echo "pools (KiB pages):"; @POOL_SIZES@
 sec tt-smi
-if command -v tt-smi >/dev/null; then timeout "$t" tt-smi -s --snapshot_no_tty 2>&1
+if command -v tt-smi >/dev/null; then timeout "$t" sh -c "$SMI" 2>&1
 else echo "tt-smi: not installed"; fi
 sec systemd-analyze-time
 timeout "$t" systemd-analyze time 2>&1
@@ -69,7 +70,8 @@ def evidence_command(
     values = (unit, hugepages_unit, container or "", JOURNAL_LINES, LOG_TAIL_LINES, PART_TIMEOUT)
     arguments = " ".join(shlex.quote(str(value)) for value in values)
     script = _SCRIPT.replace("@POOL_SIZES@", POOL_SIZES)
-    return f"MARK={shlex.quote(MARK)} sh -c {shlex.quote(script)} vmtests-evidence {arguments}"
+    variables = f"MARK={shlex.quote(MARK)} SMI={shlex.quote(SNAPSHOT_COMMAND)}"
+    return f"{variables} sh -c {shlex.quote(script)} vmtests-evidence {arguments}"
 
 
 def collect_evidence(

@@ -48,6 +48,12 @@ GENERATIONS_DIR = "/var/lib/vmtests/generations"
 UNIT_SET = ("etc/systemd/system", "etc/vmtests")
 """The reference guest's installed unit set, relative to ``/``: what its install step writes."""
 _DRY_LINE = re.compile(r"^would (stop|restart|start) the following units: (.*)$", re.MULTILINE)
+SWITCH_COMPARED_STATES = ("active", "activating")
+"""The ``ActiveState`` of a unit switch-to-configuration compares with the new system's: it
+stops, restarts or reloads only units in one of these states (nixpkgs
+``pkgs/by-name/sw/switch-to-configuration-ng/src/main.rs``, ``collect_unit_changes``, over
+``get_active_units``), so a failed or inactive unit is never on a ``would ...`` line of
+dry-activate, however much it changed."""
 UNIT_SET_DIGEST = (
     "cd / && { find " + " ".join(UNIT_SET) + " -printf '%y %p %l\\n' | LC_ALL=C sort; "
     "find " + " ".join(UNIT_SET) + " -type f -print0 | LC_ALL=C sort -z | xargs -0r sha256sum; }"

@@ -3,7 +3,8 @@
 Reads ``tt-smi -s`` from the snapshot through ``vmtests.tt_smi_parse`` (the one tt-smi reader,
 shared with the certification preflight). A host without tt-smi is reported as information, and
 so are the card's holders where the tools cannot list them (tt-smi before 6.0.0, tt-kmd before
-2.5.0), with the versions found.
+2.5.0), with the versions found. tt-smi's own entry among the holders is not a holder: it opened
+the card to take the snapshot.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def check_card(snapshot: Snapshot) -> list[CheckResult]:
     if unknown:
         note = passed(stage, Check.CARD, "holder", f"holders not inspectable: {unknown}")
         return [*results, *as_informational([note])]
-    holders = [f"pid {p.pid} on device {p.device}" for p in card.processes or []]
+    holders = [f"pid {p.pid} on device {p.device}" for p in card.card_users]
     kmd = card.driver_version
     if holders and kmd is not None and kmd < NAMESPACED_PIDS_SINCE_TT_KMD:
         holders.append(f"(pids as tt-kmd {'.'.join(map(str, kmd))} records them: a container's "

@@ -4,10 +4,12 @@ for a reason that has nothing to do with the settings under test, asked before a
 Each item is a result keyed by a ``Check`` (``preflight.*``) and, when it does not hold, a
 ``Reason``; the first that does not hold refuses the run with one line (exit 2): a required tool
 is missing (the versions found of tt-smi, docker, systemd and nixos-rebuild are reported either
-way); ``MemAvailable`` below the owner's floor; the hugepages the target still has to reserve do
-not fit above it; too little free disk; the target does not evaluate, or its switch would not
-restart the serving unit (``Switcher.dry_run``); the API answers 401 without the key it was given
-(or without one).
+way); tt-smi is older than the first that prints its snapshot on standard output;
+``MemAvailable`` below the owner's floor; the hugepages the target still has to reserve do not
+fit above it; too little free disk; the serving unit is not running (failed or inactive: a
+switch restarts only running units, so S1 could not show a restart); the target does not
+evaluate, or its switch would not restart the serving unit (``Switcher.dry_run``); the API
+answers 401 without the key it was given (or without one).
 """
 
 from __future__ import annotations
@@ -35,10 +37,11 @@ from vmtests.scenario.collection.collect import (
     parse_meminfo,
     split_sections,
 )
-from vmtests.scenario.install.generations import simple_commands
+from vmtests.scenario.install.generations import SWITCH_COMPARED_STATES, simple_commands
 from vmtests.scenario.install.switching import CommandSwitch, Switcher
 from vmtests.scenario.judgement.checks import unauthorized_message
 from vmtests.scenario.judgement.results import CheckResult
+from vmtests.tt_smi_parse import SNAPSHOT_ON_STDOUT_SINCE_TT_SMI, version_tuple
 
 PREFLIGHT = "preflight"
 """The stage label of the preflight's results."""
@@ -58,7 +61,7 @@ PREFLIGHT_TIMEOUT = 240.0
 """The preflight's one round trip: each version command is bounded at 30 s, the rest at 10 s."""
 
 _SCRIPT = r"""
-tools=$1; keyfile=$2; port=$3
+tools=$1; keyfile=$2; port=$3; unit=$4
 sec() { printf '\n%s%s\n' "$MARK" "$1"; }
 version() {  # version TOOL COMMAND: what COMMAND prints (within 30 s), "-" when it fails
   sec "version $1"; out=$(timeout 30 sh -c "$2" 2>&1) || out=-; printf '%s\n' "${out:--}"
@@ -69,6 +72,7 @@ for tool in $tools; do printf '%s %s\n' "$tool" "$(command -v "$tool" || echo -)
 sec meminfo; grep -E '^(MemAvailable|Hugepagesize):' /proc/meminfo
 sec pools; @POOL_SIZES@
 sec disk; df -Pk / | tail -n1
+sec unit; systemctl show -p ActiveState -p SubState "$unit"
 sec v1
 if [ -n "$keyfile" ]; then
   @API_KEY_READ@
@@ -144,6 +148,24 @@ def _versions(sections: dict[str, str]) -> dict[str, str]:
     }
 
 
+def _tt_smi_item(found: str) -> CheckResult:
+    """Whether tt-smi prints its snapshot where the run reads it: on standard output, which it
+    does since ``SNAPSHOT_ON_STDOUT_SINCE_TT_SMI`` (a version it does not say is not compared)."""
+    since = ".".join(map(str, SNAPSHOT_ON_STDOUT_SINCE_TT_SMI))
+    version = version_tuple(found)
+    if version is None:
+        return _item(Check.PREFLIGHT_TT_SMI, True, Reason.TOOL_TOO_OLD,
+                     f"no tt-smi version in {found!r}: not compared with {since}")  # fmt: skip
+    recent = version >= SNAPSHOT_ON_STDOUT_SINCE_TT_SMI
+    detail = f"tt-smi {found}; the snapshot needs at least {since}"
+    if not recent:
+        detail += (
+            f": tt-smi {found} writes `tt-smi -s` to a file, not to standard output, and knows no "
+            f"--snapshot_no_tty; upgrade tt-smi on the host to {since} or later"
+        )
+    return _item(Check.PREFLIGHT_TT_SMI, recent, Reason.TOOL_TOO_OLD, detail)
+
+
 def _memory_items(sections: dict[str, str], profile: Profile) -> list[CheckResult]:
     meminfo = parse_meminfo(sections.get("meminfo", ""))
     available_kib = int(meminfo.get("MemAvailable", "0 kB").split()[0])
@@ -198,13 +220,35 @@ def _api_item(status: str, settings: Settings) -> CheckResult:
     )
 
 
-def _switch_items(machine: Machine, profile: Profile, switcher: Switcher) -> list[CheckResult]:
+def _unit_item(sections: dict[str, str]) -> CheckResult:
+    """Whether the serving unit runs: a switch restarts only running units, so from a failed
+    or inactive one S1 could show no restart (and dry-activate names it under no action)."""
+    state = dict(
+        line.split("=", 1) for line in sections.get("unit", "").splitlines() if "=" in line
+    )
+    active, sub = state.get("ActiveState") or "unknown", state.get("SubState") or "unknown"
+    running = active in SWITCH_COMPARED_STATES
+    detail = f"{SERVING_UNIT} is {active} ({sub})"
+    if not running:
+        detail += (
+            f": it is not running, so no switch could show its restart; start it (`systemctl "
+            f"start {SERVING_UNIT}`), or read why it stopped (`journalctl -b -u {SERVING_UNIT}`), "
+            "before a persistence run"
+        )
+    return _item(Check.PREFLIGHT_ACTIVE, running, Reason.NOT_ACTIVE, detail)
+
+
+def _switch_items(
+    machine: Machine, profile: Profile, switcher: Switcher, *, unit_runs: bool
+) -> list[CheckResult]:
+    """Whether the target evaluates and, when the serving unit runs (else the dry run cannot
+    tell: ``_unit_item``), whether the switch restarts it."""
     dry = switcher.dry_run(machine, profile)
     items = [
         _item(Check.PREFLIGHT_EVALUATES, dry.evaluates is not False, Reason.DOES_NOT_EVALUATE,
               dry.detail)
     ]  # fmt: skip
-    if dry.evaluates is not False:
+    if dry.evaluates is not False and unit_runs:
         detail = dry.detail
         if dry.restarts is False:
             detail += (
@@ -236,7 +280,7 @@ def run_preflight(
         .replace("@API_KEY_READ@", API_KEY_READ)
         .replace("@POOL_SIZES@", POOL_SIZES)
     )
-    values = (" ".join(tools), settings.api_key_file or "", settings.serving_port)
+    values = (" ".join(tools), settings.api_key_file or "", settings.serving_port, SERVING_UNIT)
     command = (
         f"MARK={shlex.quote(MARK)} GUARDED={API_KEY_GUARDED_PREFIX} sh -c {shlex.quote(script)} "
         "vmtests-preflight " + " ".join(shlex.quote(str(value)) for value in values)
@@ -256,7 +300,10 @@ def run_preflight(
             + f"found {preflight.versions_line()}",
         )
     )
+    preflight.items.append(_tt_smi_item(preflight.versions["tt-smi"]))
     preflight.items += _memory_items(sections, profile)
-    preflight.items += _switch_items(machine, profile, switcher)
+    unit = _unit_item(sections)
+    preflight.items.append(unit)
+    preflight.items += _switch_items(machine, profile, switcher, unit_runs=unit.ok)
     preflight.items.append(_api_item(sections.get("v1", "").strip(), settings))
     return preflight

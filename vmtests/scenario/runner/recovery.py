@@ -5,23 +5,23 @@ debugging (``leave``), and say in either case the exact command that goes back.
 The command is the generation's own (``vmtests.scenario.generations``) unless
 ``--rollback-command`` gives another, as ``--switch-command`` gives the switch; ``{generation}``
 in it is replaced by the recorded generation (the toplevel store path on NixOS). A rollback waits
-for a switch still under way to end (an ssh session that dropped is opened again first), and is
-verified: the machine must run the recorded generation again, with the recorded hugepage pools
-(else ``rollback failed``), and the server must answer (else ``rolled back, not serving``: the
-host is back, its server is still starting or broken). Every outcome names the generation the
-machine runs.
+for a switch still under way to end (an ssh session that dropped is opened again first; after a
+reboot a Ctrl-C cut short, to the new boot, as long as a reboot may take), and is verified: the
+machine must run the recorded generation again, with the recorded hugepage pools (else
+``rollback failed``), and the server must answer (else ``rolled back, not serving``: the host is
+back, its server is still starting or broken). Every outcome names the generation the machine
+runs, or, after a Ctrl-C during the rollback, how to see whether the rollback still runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
 from vmtests.contracts.settings import Settings
 from vmtests.driver.errors import DriverError, MachineGone
 from vmtests.driver.log import log
-from vmtests.driver.machine import Machine
+from vmtests.driver.machine import Machine, Reconnecting
 from vmtests.scenario.install.generations import Generation, pool_sizes, pools_differ
 from vmtests.scenario.install.switching import wait_ready
 
@@ -42,9 +42,14 @@ class Action(StrEnum):
     FAILED = "rollback failed"
 
 
-SWITCH_RUNNING = "pgrep -f '[n]ixos-rebuild|[s]witch-to-configuration'"
-"""Shell that exits 0 while a switch still runs on the machine (the brackets keep the pattern
-from matching this shell's own command line)."""
+SWITCH_PATTERN = "'[n]ixos-rebuild|[s]witch-to-configuration'"
+"""The processes of a switch or a rollback on the machine (the brackets keep the pattern from
+matching the command line of the shell that looks for them)."""
+SWITCH_RUNNING = f"pgrep -f {SWITCH_PATTERN}"
+"""Shell that exits 0 while a switch still runs on the machine."""
+SWITCH_PROCESSES = f"pgrep -af {SWITCH_PATTERN}"
+"""What a person runs on the machine to see a switch or rollback still running (nothing once it
+ended)."""
 
 
 @dataclass(frozen=True)
@@ -93,15 +98,39 @@ def _answering(machine: Machine, settings: Settings) -> None:
     rollback racing it would be undone by it, so the rollback waits for it to end (at most
     ``switch_timeout``).
     """
+    reconnecting = machine if isinstance(machine, Reconnecting) else None
+    if reconnecting is not None and reconnecting.reboot_pending:
+        # A Ctrl-C during the reboot: the old boot may still answer while it goes down (and
+        # take a rollback down with it), or the host is in its POST: the new boot, then.
+        reconnecting.reconnect(settings.reboot_timeout)
     try:
         # After a Ctrl-C during the switch, the session's shell still runs it: this waits for it.
         machine.succeed("true", timeout=settings.switch_timeout)
     except MachineGone:
-        reconnect: Callable[[], None] | None = getattr(machine, "reconnect", None)
-        if reconnect is None:
+        if reconnecting is None:
             raise
-        reconnect()
+        reconnecting.reconnect()
     machine.wait_until_succeeds(f"! {SWITCH_RUNNING}", timeout=settings.switch_timeout)
+
+
+def _interrupted(machine: Machine, generation: Generation, back: str, *, sent: bool) -> Recovery:
+    """A Ctrl-C before the rollback command was ``sent`` (while the machine was awaited), or
+    after: then it stopped the wait here, not the command, which may still be running on the
+    machine. Its generation is not asked: the session would wait for the rollback first."""
+    if not sent:
+        what = f"did not begin (a Ctrl-C stopped the wait for {machine.name} to answer); "
+    else:
+        what = (
+            f"was interrupted and may still be running on {machine.name}: "
+            f"`{SWITCH_PROCESSES}` lists it until it ends; then, "
+        )
+    return Recovery(
+        Action.FAILED,
+        back,
+        f"the rollback to {generation.description} {what}if `{generation.current_command}` does "
+        f"not print {generation.id}, run as root on {machine.name}: {back}",
+        verified=False,
+    )
 
 
 def recover(
@@ -123,16 +152,19 @@ def recover(
             f"{_running(machine, generation)[1]}; to go back to {generation.description}, run as "
             f"root on {machine.name}: {back}",
         )
+    sent = False
     try:
         with log.nested(f"rolling {machine.name} back to {generation.description}"):
             _answering(machine, settings)
+            sent = True
             machine.succeed(back, timeout=settings.switch_timeout)
-    except (DriverError, KeyboardInterrupt) as error:
-        what = "was interrupted" if isinstance(error, KeyboardInterrupt) else f"failed: {error}"
+    except KeyboardInterrupt:
+        return _interrupted(machine, generation, back, sent=sent)
+    except DriverError as error:
         return Recovery(
             Action.FAILED,
             back,
-            f"the rollback to {generation.description} {what}; {machine.name} runs "
+            f"the rollback to {generation.description} failed: {error}; {machine.name} runs "
             f"{_running(machine, generation)[1]}; to go back, run as root on {machine.name}: "
             f"{back}",
             verified=False,

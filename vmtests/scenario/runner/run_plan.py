@@ -16,6 +16,7 @@ from vmtests.profiles import Profile
 from vmtests.scenario.install.generations import Generation
 from vmtests.scenario.runner.preflight import Preflight
 from vmtests.scenario.runner.recovery import OnFailure, rollback_command
+from vmtests.tt_smi_parse import SNAPSHOT_ON_STDOUT_SINCE_TT_SMI
 
 
 @dataclass(frozen=True)
@@ -53,15 +54,17 @@ def render_run_plan(plan: RunPlan) -> str:
         if plan.on_failure == OnFailure.ROLLBACK
         else f"leave the host as it is; the command that goes back: {_rollback_line(plan)}"
     )
+    tt_smi = ".".join(map(str, SNAPSHOT_ON_STDOUT_SINCE_TT_SMI))
     steps = [
         "boot a fresh reference guest and deploy the base configuration (baseline)"
         if plan.deploys_base
         else f"connect to {plan.target} (read-only until the switch)",
         "preflight, read only: the tools (systemctl, journalctl, curl, tt-smi, docker, the "
-        f"switch's program) and their versions; MemAvailable >= {MIN_MEM_AVAILABLE_GIB:.0f} "
-        f"GiB{pages}; >= {MIN_DISK_GIB:.0f} GiB free on /; the target evaluates and its switch "
-        f"restarts {SERVING_UNIT}; GET /v1/models (401 without the key refuses). Any refusal "
-        "stops here with exit status 2, nothing changed",
+        f"switch's program) and their versions, tt-smi >= {tt_smi}; MemAvailable >= "
+        f"{MIN_MEM_AVAILABLE_GIB:.0f} GiB{pages}; >= {MIN_DISK_GIB:.0f} GiB free on /; "
+        f"{SERVING_UNIT} runs; the target "
+        f"evaluates and its switch restarts it; GET /v1/models (401 without the key refuses). "
+        "Any refusal stops here with exit status 2, nothing changed",
         "record the generation the host runs (what a rollback goes back to)",
         "snapshot S0 (read only)",
         f"switch: {plan.switch} (at most {settings.switch_timeout:g} s), then wait until "

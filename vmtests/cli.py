@@ -226,6 +226,23 @@ def _machine(target: str, state_dir: Path, found: Settings | None = None) -> Ite
             close()
 
 
+@contextmanager
+def _checked_machine(
+    target: str, state_dir: Path, found: Settings, deploy: ReferenceSwitch | None
+) -> Iterator[tuple[Machine, bool]]:
+    """The machine ``vmtests check`` reads, and whether it is started already: on
+    ``qemu:reference``, a guest with ``deploy``'s base deployed, restored from the snapshot
+    cache (booted, deployed and saved there when the cache lacks it, as the selftest's
+    scenarios start); elsewhere ``_machine``."""
+    if deploy is None:
+        with _machine(target, state_dir, found) as machine:
+            yield machine, False
+        return
+    with prepared_reference_guest(state_dir, base_deployed(deploy), "check") as prepared:
+        log.info(f"check: the guest {prepared.how}")
+        yield prepared.machine, True
+
+
 def _print_outcome(result: ScenarioResult, report_dir: Path) -> None:
     failures = result.failures
     verdict = "PASSED" if result.ok else "FAILED"
@@ -372,7 +389,7 @@ def command_check(args: argparse.Namespace) -> int:
     """``vmtests check``: one read-only snapshot against the profile; exit 0/1/2/3."""
     profile = _load(args.profile)
     target, found = _settings(args)
-    deploy: Switcher | None = None
+    deploy: ReferenceSwitch | None = None
     if target == REFERENCE_TARGET:
         deployed = _load(args.deploy or BASE_PROFILE)
         deploy = ReferenceSwitch(deployed, base_serving_profile=deployed.serving_profile)
@@ -380,9 +397,11 @@ def command_check(args: argparse.Namespace) -> int:
         raise UsageError(f"--deploy applies to {REFERENCE_TARGET} only: a check changes nothing")
     with (
         tempfile.TemporaryDirectory(prefix="vmtests-check-") as state,
-        _machine(target, Path(state), found) as machine,
+        _checked_machine(target, Path(state), found, deploy) as (machine, started),
     ):
-        scenario = Scenario(machine, profile, deploy, target=args.target, settings=found)
+        scenario = Scenario(
+            machine, profile, deploy, target=args.target, settings=found, start_machine=not started
+        )
         try:
             scenario.check()
         finally:
@@ -414,7 +433,11 @@ def command_selftest(args: argparse.Namespace) -> int:
             partial(_selftest_scenario, switch, Path(state), args) for switch in switches
         ]
         # The controls start from the first profile's target.
-        more = [] if args.skip_controls else controls_jobs(Path(state), switches[0], controls)
+        more = (
+            []
+            if args.skip_controls
+            else controls_jobs(Path(state), switches[0], controls, lanes=args.lanes)
+        )
         results: list[ScenarioResult | None] = []
         try:
             results = run_in_lanes([*jobs, *more], args.lanes)[: len(jobs)]

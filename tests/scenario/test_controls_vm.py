@@ -1,15 +1,15 @@
-"""The persistence scenario of the first selftest profile (cfx-llm2), then the negative controls,
-as ``vmtests selftest`` runs them: the correct configuration raises no alarm, each real
-persistence failure is caught, each with its own finding; then the container path: a leftover
-container is stopped gracefully by the module's pre-start and never killed, and oci-containers'
-own ``docker rm -f`` pre-start is caught by the same check (exit code 137).
+"""The persistence scenario of the first selftest profile (cfx-llm2), then the negative controls
+on the same guest: the correct configuration raises no alarm, each real persistence failure is
+caught, each with its own finding; then the container path: a leftover container is stopped
+gracefully by the module's pre-start and never killed, and oci-containers' own ``docker rm -f``
+pre-start is caught by the same check (exit code 137).
 
 The scenario starts on a guest restored with the base serving (``base_deployed``; its switch and
-reboot are real). Each control starts on a guest of its own, restored from a snapshot of the
-state its catalogue entry declares (``starts_from``: the target serving, or installed and
-stopped; ``vmtests.scenario.prepared``): no control inherits anything from the one before it,
-and no reset runs before it (``docs/ci-time.md``). Without snapshots
-(``VMTESTS_SNAPSHOTS=off``) the controls share one guest, reset between them.
+reboot are real) and leaves it on the target, serving, where the controls start: each is reset
+to the target first (``reset_to_target``), as ``vmtests selftest`` does with one lane. A guest
+restored for each control would translate again every program the control runs, which costs a
+short control more than its reset (``docs/ci-time.md``); ``test_prepared_vm.py`` runs a control
+that way, as ``vmtests selftest`` does with several lanes.
 """
 
 from __future__ import annotations
@@ -25,16 +25,14 @@ from vmtests.cli import SELFTEST_PROFILES
 from vmtests.contracts.findings import Check, Finding, Reason
 from vmtests.contracts.serving import SERVING_UNIT
 from vmtests.driver.qemu import QemuMachine
-from vmtests.profiles import load_profile
 from vmtests.report import write_controls_report
 from vmtests.scenario.collection.snapshot import CONTAINER_LOG
 from vmtests.scenario.controls.catalogue import CONTROLS, RM_F
 from vmtests.scenario.controls.container_stop import SIGTERM
 from vmtests.scenario.controls.control import Control
-from vmtests.scenario.controls.run import ControlsRun
+from vmtests.scenario.controls.run import ControlsRun, run_all_controls
 from vmtests.scenario.install.reference_switch import ReferenceSwitch
 from vmtests.scenario.judgement.server_config import ENGINE_LINE
-from vmtests.scenario.prepared import controls_jobs
 from vmtests.scenario.runner.scenario import Scenario
 
 pytestmark = [pytest.mark.vm, pytest.mark.nix, pytest.mark.guest_seconds(620)]
@@ -64,18 +62,15 @@ def scenario_guest(
 
 
 @pytest.fixture(scope="module")
-def control_run(tmp_path_factory: pytest.TempPathFactory, vmtests_report_dir: Path) -> ControlsRun:
-    """Every control, each on a fresh guest in the state it starts from (``PROFILE``'s target,
-    ``controls_jobs``); the report (``controls``) is written even when a control fails to
-    run."""
-    switch = ReferenceSwitch(load_profile(PROFILE))
+def control_run(scenario_guest: ScenarioGuest, vmtests_report_dir: Path) -> ControlsRun:
+    """On the scenario's guest: every control (``run_all_controls``), each reset to ``PROFILE``'s
+    target first; the report (``controls``) is written even when a control fails to run."""
+    switch = scenario_guest.scenario.switcher
+    assert isinstance(switch, ReferenceSwitch)
     run = ControlsRun()
     try:
-        for job in controls_jobs(tmp_path_factory.mktemp("controls"), switch, run):
-            job()
-        return run
+        return run_all_controls(scenario_guest.machine, switch, run)
     finally:
-        run.in_order()
         write_controls_report(
             run.report_outcomes,
             run.report_false_alarms,

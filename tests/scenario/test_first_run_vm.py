@@ -1,7 +1,8 @@
 """The first run on a real host, proven on ONE reference guest, never a mock:
 
-- ``vmtests check --target qemu:reference`` boots it and deploys the base configuration
-  (baseline): it conforms to baseline, and the Prometheus file parses;
+- ``vmtests check --target qemu:reference`` gives it the base configuration (baseline) deployed,
+  restored from the snapshot cache (deployed and saved when the cache lacks it): it conforms to
+  baseline, and the Prometheus file parses;
 - reached over ``ssh://`` (its sshd) from then on, as a real host: ``check`` against cfx-llm2
   fails with the expected and seen values in its table; a target option and a host YAML set the
   ready timeout the report shows; ``run --plan`` changes nothing (same InvocationID); a switch
@@ -38,12 +39,12 @@ from first_run_support import (
 from prometheus_client.parser import text_string_to_metric_families
 from vm_support import assert_scenario_passed, run_scenario
 
-from vmtests import cli
 from vmtests.cli import SELFTEST_PROFILES
 from vmtests.contracts.findings import Check, Reason
 from vmtests.contracts.status import ExitStatus, RunStatus
 from vmtests.driver.qemu import QemuMachine
 from vmtests.guest.targets import machine_from_target
+from vmtests.scenario import prepared
 from vmtests.scenario.install.generations import UNIT_SET_DIGEST
 from vmtests.scenario.runner.recovery import Action
 
@@ -62,15 +63,16 @@ class BaseGuest(NamedTuple):
 
 @pytest.fixture(scope="module")
 def base_guest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BaseGuest]:
-    """``vmtests check --profile baseline --target qemu:reference``: the guest it boots and
-    deploys is kept (instead of closed) for the module's other tests."""
+    """``vmtests check --profile baseline --target qemu:reference``: the guest it restores (or
+    boots and deploys) is kept (instead of closed) for the module's other tests."""
     state = tmp_path_factory.mktemp("first-run")
     machine = machine_from_target("qemu:reference", state / "machine", name="first-run")
     assert isinstance(machine, QemuMachine)
     report, prometheus = state / "check-qemu", state / "check.prom"
     try:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(cli, "machine_from_target", lambda target, state_dir, **o: machine)
+            # The base deployment restored (or deployed and saved) into this machine.
+            patch.setattr(prepared, "machine_from_target", lambda target, state_dir, **o: machine)
             patch.setattr(machine, "close", lambda: None)  # kept for the other tests
             first = run_cli(
                 "check", "--profile", "baseline", "--target", "qemu:reference",

@@ -9,7 +9,9 @@ right: the clock, the console, the backdoor and the forwarded serving port. Seco
 guest booted and deployed here without any snapshot (``VMTESTS_SNAPSHOTS=off``): a snapshot of
 each gives the same check results and the same durable fields (what a reboot must keep, so
 boot IDs, PIDs and timestamps aside). That S2 is still a real reboot on a restored guest is
-shown by the scenario (``test_scenario_vm.py``).
+shown by the scenario (``test_controls_vm.py``). Third, a negative control on a guest of its own,
+restored in the state it starts from, as ``vmtests selftest`` runs each with several lanes: it
+is detected with its own finding.
 """
 
 from __future__ import annotations
@@ -30,11 +32,14 @@ from vmtests.guest.snapshot_cache import Preparation, PreparedGuest
 from vmtests.profiles import load_profile
 from vmtests.scenario.collection.collect import take_snapshot
 from vmtests.scenario.collection.snapshot import Snapshot
+from vmtests.scenario.controls.catalogue import CONTROLS
+from vmtests.scenario.controls.reset import run_control
 from vmtests.scenario.install.reference_switch import ReferenceSwitch
 from vmtests.scenario.judgement.checks import evaluate_stage
 from vmtests.scenario.judgement.compare import diff_snapshots
 from vmtests.scenario.judgement.results import CheckResult
 from vmtests.scenario.prepared import (
+    control_guests,
     differences,
     prepared_reference_guest,
     target_serving,
@@ -108,6 +113,18 @@ def test_a_restored_guest_serves_as_a_freshly_deployed_one(
     assert diff_snapshots(deployed, restored, profile) == []
     assert _rows(evaluate_stage(profile, deployed)) == _rows(evaluate_stage(profile, restored))
     assert [result for result in evaluate_stage(profile, restored) if result.failed] == []
+
+
+def test_a_control_on_a_guest_of_its_own_is_detected(tmp_path: Path) -> None:
+    """The control that starts from the target installed and stopped (``target_stopped``, the
+    state no other test restores), on a guest restored there: nothing to reset first."""
+    switch = ReferenceSwitch(load_profile(PROFILE))
+    (control,) = [c for c in CONTROLS if c.starts_from == "installed"]
+    with control_guests(tmp_path, switch)(control.starts_from) as guest:
+        outcome = run_control(guest, switch, control, reset=False)
+    seen = "\n".join(str(failure) for failure in outcome.failures) or "(no failure at all)"
+    assert outcome.detected, f"{control.name}: failures seen:\n{seen}"
+    assert control.declared <= outcome.findings, seen
 
 
 def _snapshot(machine: QemuMachine, label: str) -> Snapshot:

@@ -233,18 +233,22 @@ def control_guests(
 
 
 def controls_jobs(
-    state_dir: Path, switch: ReferenceSwitch, run: ControlsRun
+    state_dir: Path, switch: ReferenceSwitch, run: ControlsRun, *, lanes: int
 ) -> list[Callable[[], None]]:
-    """Every control as jobs that fill ``run`` (for ``run_in_lanes``): each on a guest of its
-    own restored in the state it starts from (``control_guests``) where guests come from
-    snapshots; else one job, every control on one guest prepared once and reset to the target
-    before each (``reset_to_target``), rather than a boot and a deployment for each."""
-    why_not = snapshots_unavailable()
+    """Every control as jobs that fill ``run`` (for ``run_in_lanes`` with ``lanes`` lanes).
+
+    With several lanes and snapshots, each control runs on a guest of its own restored in the
+    state it starts from (``control_guests``), so the lanes share the work. Else one job runs
+    every control on one guest prepared once (restored, or booted and deployed without
+    snapshots) and reset to the target before each (``reset_to_target``): a restored guest
+    translates again every program it runs, which costs a short control more than its reset
+    (``docs/ci-time.md``), so one lane gains nothing from a restore per control."""
+    why_not = snapshots_unavailable() or ("one lane" if lanes < 2 else "")
     if not why_not:
         return control_jobs(switch, run, fresh=control_guests(state_dir, switch))
 
     def on_one_guest() -> None:
-        log.info(f"the controls share one guest, reset between them (no snapshots: {why_not})")
+        log.info(f"the controls share one guest, reset between them ({why_not})")
         serving = target_serving(switch)
         with prepared_reference_guest(state_dir / "controls", serving, "controls") as prepared:
             run_all_controls(prepared.machine, switch, run)

@@ -1,12 +1,14 @@
 """What the certification's VM tests share: a reference guest serving cfx-llm2 (the stub in a
-container), with the production profile deployed as the module renders it, restored from the
-snapshot cache (the state the negative controls start from); the stub's knobs set in the stub
-device layer's knobs file and applied by a restart."""
+container), with the production profile deployed as the module renders it and the stub's knobs
+set in the stub device layer's knobs file and applied by a restart, restored from the snapshot
+cache (one state per set of knobs, each a child of the state the negative controls start
+from)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from vmtests.certify.run import certify
 from vmtests.contracts.serving import SERVING_PORT, SERVING_UNIT
 from vmtests.driver.qemu import QemuMachine
 from vmtests.guest import REFERENCE_TARGET
+from vmtests.guest.snapshot_cache import Preparation, code_digest
 from vmtests.guest.stub_layer import set_stub_knobs
 from vmtests.profiles import load_profile
 from vmtests.scenario.install.reference_switch import ReferenceSwitch
@@ -40,12 +43,39 @@ def set_knobs(machine: QemuMachine, **env: str) -> None:
     wait_ready(machine, SERVING_PORT, timeout=180)
 
 
-def serving_guest(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[QemuMachine]:
-    """A reference guest serving cfx-llm2 (stub), closed after use; the ``guest`` fixture."""
+def with_knobs(switch: ReferenceSwitch, **env: str) -> Preparation:
+    """``target_serving`` with the stub knobs ``env`` set and the unit restarted (``set_knobs``):
+    a state of its own in the snapshot cache, so that a test starts serving with its knobs
+    instead of paying a restart for them on every run."""
+
+    def apply_knobs(machine: QemuMachine) -> None:
+        set_knobs(machine, **env)
+
+    return Preparation(
+        f"{switch.profile.name} serving, stub knobs {', '.join(sorted(env)) or 'none'}",
+        apply_knobs,
+        {"knobs": dict(sorted(env.items())), "code": code_digest(apply_knobs, set_knobs)},
+        parent=target_serving(switch),
+    )
+
+
+ServingGuest = Callable[..., QemuMachine]
+"""``serving_guest(**knobs)``: a guest serving cfx-llm2 with the stub knobs ``knobs`` set."""
+
+
+def serving_guests(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[ServingGuest]:
+    """Reference guests serving cfx-llm2 (stub), each restored with the stub knobs it is asked
+    for (``with_knobs``) and closed at the end; the ``serving_guest`` fixture."""
     switch = ReferenceSwitch(load_profile("cfx-llm2"))
-    state_dir = tmp_path_factory.mktemp(f"{name}-guest")
-    with prepared_reference_guest(state_dir, target_serving(switch), name) as prepared:
-        yield prepared.machine
+    with ExitStack() as guests:
+
+        def serving_guest(**env: str) -> QemuMachine:
+            state_dir = tmp_path_factory.mktemp(f"{name}-guest")
+            preparation = with_knobs(switch, **env)
+            prepared = guests.enter_context(prepared_reference_guest(state_dir, preparation, name))
+            return prepared.machine
+
+        yield serving_guest
 
 
 def run(

@@ -2,11 +2,11 @@
 A/B included.
 
 Each test gets its own guest with the production profile deployed as the module renders it (the
-stub in a container), restored from the snapshot cache; it sets the stub's knobs it needs in
-the stub device layer's knobs file (``/etc``, read by the container as ``--env-file``, a
-durable place, so the preflight's persistence checks stay clean) and restarts the unit through
-systemd. CI time is kept small by the stub's time scale, never by lowering the gates' request
-counts.
+stub in a container), serving with the stub's knobs it asks for, restored from the snapshot
+cache: the knobs are set in the stub device layer's knobs file (``/etc``, read by the container
+as ``--env-file``, a durable place, so the preflight's persistence checks stay clean) and the
+unit restarted through systemd once, when that state is saved. CI time is kept small by the
+stub's time scale, never by lowering the gates' request counts.
 
 Each gate is shown passing (the correct configuration certifies) and failing (fault knobs, a
 memory hog, a SIGKILL on stop). The A/B runs 2 ABBA blocks here instead of the default 3 (the
@@ -28,8 +28,8 @@ from certify_vm_support import (
     CI_TIME_SCALE,
     KILL_DROP_IN,
     NO_EFFECT,
+    ServingGuest,
     run,
-    set_knobs,
 )
 
 from vmtests.certify import gates_perf, stats
@@ -38,7 +38,6 @@ from vmtests.certify.hostops import mem_available_kib
 from vmtests.certify.loadgen import BatchResult
 from vmtests.certify.run import certify
 from vmtests.contracts.serving import SERVING_CONTAINER
-from vmtests.driver.qemu import QemuMachine
 from vmtests.guest.access import ssh_to_guest
 from vmtests.profiles import load_profile
 from vmtests.scenario.install.switching import NoSwitch
@@ -47,8 +46,8 @@ from vmtests.stub import knobs
 pytestmark = [pytest.mark.vm]
 
 
-def test_correct_configuration_certifies(guest: QemuMachine, tmp_path: Path) -> None:
-    set_knobs(guest, **{knobs.TIME_SCALE: CI_TIME_SCALE})
+def test_correct_configuration_certifies(serving_guest: ServingGuest, tmp_path: Path) -> None:
+    guest = serving_guest(**{knobs.TIME_SCALE: CI_TIME_SCALE})
     result = run(guest, tmp_path)
     statuses = {gate.name: gate.status for gate in result.gates}
     assert result.exit_status == 0, (result.verdict, [g.problems[:3] for g in result.gates])
@@ -73,10 +72,10 @@ def test_correct_configuration_certifies(guest: QemuMachine, tmp_path: Path) -> 
     assert (tmp_path / "certificate.md").read_text().startswith("# CERTIFIED")
 
 
-def test_the_same_certification_runs_over_ssh(guest: QemuMachine, tmp_path: Path) -> None:
+def test_the_same_certification_runs_over_ssh(serving_guest: ServingGuest, tmp_path: Path) -> None:
     """The hardware tier's path on the same guest: an ``SshMachine`` runs every host step and
     the requests go through its ssh tunnel (the serving port is not reachable directly)."""
-    set_knobs(guest, **{knobs.TIME_SCALE: CI_TIME_SCALE})
+    guest = serving_guest(**{knobs.TIME_SCALE: CI_TIME_SCALE})
     ssh = ssh_to_guest(guest, tmp_path / "ssh")
     ssh.start()
     try:
@@ -101,9 +100,10 @@ def test_the_same_certification_runs_over_ssh(guest: QemuMachine, tmp_path: Path
     assert len(result.requests) == 5 + 11
 
 
-def test_fail_rate_fails_the_bound_with_its_numbers(guest: QemuMachine, tmp_path: Path) -> None:
-    set_knobs(
-        guest,
+def test_fail_rate_fails_the_bound_with_its_numbers(
+    serving_guest: ServingGuest, tmp_path: Path
+) -> None:
+    guest = serving_guest(
         **{knobs.TIME_SCALE: CI_TIME_SCALE, knobs.FAIL_RATE: "0.02", knobs.FAULT_SEED: "7"},
     )
     result = run(guest, tmp_path, only=("concurrency",))
@@ -124,9 +124,9 @@ def test_fail_rate_fails_the_bound_with_its_numbers(guest: QemuMachine, tmp_path
     [(knobs.DEGENERATE, "1", "degenerate output"), (knobs.OUTPUT_SALT, "drift", "wrong output")],
 )
 def test_bad_outputs_fail_correctness(
-    guest: QemuMachine, tmp_path: Path, knob: str, value: str, finding: str
+    serving_guest: ServingGuest, tmp_path: Path, knob: str, value: str, finding: str
 ) -> None:
-    set_knobs(guest, **{knobs.TIME_SCALE: CI_TIME_SCALE, knob: value})
+    guest = serving_guest(**{knobs.TIME_SCALE: CI_TIME_SCALE, knob: value})
     result = run(guest, tmp_path, only=("smoke", "extended"))
     for name, count in (("smoke", 5), ("extended", 11)):
         gate = result.gate(name)
@@ -137,8 +137,8 @@ def test_bad_outputs_fail_correctness(
     assert result.exit_status == 1
 
 
-def test_memory_hog_makes_preflight_refuse(guest: QemuMachine, tmp_path: Path) -> None:
-    set_knobs(guest, **{knobs.TIME_SCALE: CI_TIME_SCALE})
+def test_memory_hog_makes_preflight_refuse(serving_guest: ServingGuest, tmp_path: Path) -> None:
+    guest = serving_guest(**{knobs.TIME_SCALE: CI_TIME_SCALE})
     available = mem_available_kib(guest)
     hog_kib = available - 3 * 1024 * 1024  # leave 3 GiB: below the 4 GiB floor
     guest.succeed(
@@ -157,8 +157,8 @@ def test_memory_hog_makes_preflight_refuse(guest: QemuMachine, tmp_path: Path) -
     assert result.left_on == "cfx-llm2"
 
 
-def test_sigkill_on_stop_fails_the_stop_check(guest: QemuMachine, tmp_path: Path) -> None:
-    set_knobs(guest, **{knobs.TIME_SCALE: CI_TIME_SCALE})
+def test_sigkill_on_stop_fails_the_stop_check(serving_guest: ServingGuest, tmp_path: Path) -> None:
+    guest = serving_guest(**{knobs.TIME_SCALE: CI_TIME_SCALE})
     # The stop kills the container (what `docker stop -t 60` does when the grace time runs out).
     guest.write_file(
         KILL_DROP_IN, f"[Service]\nExecStop=\nExecStop=/usr/bin/docker kill {SERVING_CONTAINER}\n"
@@ -177,9 +177,9 @@ def test_sigkill_on_stop_fails_the_stop_check(guest: QemuMachine, tmp_path: Path
 
 
 def test_ab_without_a_factor_stays_inside_the_noise_band(
-    guest: QemuMachine, tmp_path: Path
+    serving_guest: ServingGuest, tmp_path: Path
 ) -> None:
-    set_knobs(guest, **{knobs.TIME_SCALE: AB_TIME_SCALE, knobs.STEP_FACTORS: NO_EFFECT})
+    guest = serving_guest(**{knobs.TIME_SCALE: AB_TIME_SCALE, knobs.STEP_FACTORS: NO_EFFECT})
     result = run(guest, tmp_path, ab="resident", only=("ab",), ab_blocks=2)
     gate = result.gate("ab")
     assert gate is not None
@@ -193,9 +193,9 @@ def test_ab_without_a_factor_stays_inside_the_noise_band(
     assert result.left_on == "cfx-llm2"
 
 
-def test_ab_step_factor_leaves_the_noise_band(guest: QemuMachine, tmp_path: Path) -> None:
+def test_ab_step_factor_leaves_the_noise_band(serving_guest: ServingGuest, tmp_path: Path) -> None:
     factors = json.dumps({"deviceResident": 0.8, "deviceArgmax": 1.0})
-    set_knobs(guest, **{knobs.TIME_SCALE: AB_TIME_SCALE, knobs.STEP_FACTORS: factors})
+    guest = serving_guest(**{knobs.TIME_SCALE: AB_TIME_SCALE, knobs.STEP_FACTORS: factors})
     result = run(guest, tmp_path, ab="resident", only=("ab",), ab_blocks=2)
     gate = result.gate("ab")
     assert gate is not None
@@ -206,9 +206,9 @@ def test_ab_step_factor_leaves_the_noise_band(guest: QemuMachine, tmp_path: Path
 
 
 def test_interrupt_restores_the_starting_configuration(
-    guest: QemuMachine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    serving_guest: ServingGuest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    set_knobs(guest, **{knobs.TIME_SCALE: CI_TIME_SCALE, knobs.STEP_FACTORS: NO_EFFECT})
+    guest = serving_guest(**{knobs.TIME_SCALE: CI_TIME_SCALE, knobs.STEP_FACTORS: NO_EFFECT})
     measured: list[BatchResult] = []
     original = gates_perf.run_figures
 

@@ -45,8 +45,10 @@ from vmtests.driver.qemu import QemuMachine
 from vmtests.driver.qemu_snapshot import SavedGuest
 from vmtests.guest.build_cache import MANIFEST, file_lock, is_complete, partial_build, prune
 
-KEEP_SNAPSHOTS = 8
-"""Entries kept: each input change adds one per preparation (a few hundred MB each)."""
+KEEP_SNAPSHOTS = 16
+"""Entries kept (a few hundred MB each): one suite run uses about a dozen (the settled guest,
+the base, the target serving and stopped, the certification's sets of stub knobs), and each
+input change adds one per preparation; fewer would evict entries within one run."""
 ENTRY_FORMAT = 1
 """Part of every key: raise it when an entry's layout changes."""
 WITNESS_FILE = "witness.json"

@@ -213,10 +213,10 @@ def _switcher(args: argparse.Namespace, profile: Profile, target: str, found: Se
 
 
 @contextmanager
-def _machine(target: str, state_dir: Path, found: Settings | None = None) -> Iterator[Machine]:
+def _machine(target: str, state_dir: Path, found: Settings) -> Iterator[Machine]:
     """The machine for ``target`` (an ssh target with the settings' ssh options), closed (never
     powered off for ssh) at the end."""
-    options = machine_options(target, found) if found else {}
+    options = machine_options(target, found)
     machine = machine_from_target(target, state_dir, **options)
     try:
         yield machine

@@ -145,16 +145,21 @@ def holders_unknown(
     does not give for a container's holders."""
     versions = f"tt-smi {tt_smi_version or '?'}, driver {driver or '?'}"
     if processes is None:
-        since = ".".join(map(str, PROCESSES_SINCE_TT_SMI))
+        since = dotted(PROCESSES_SINCE_TT_SMI)
         return f"tt-smi prints no processes before {since} ({versions})"
     kmd = version_tuple(driver)
     if host_pids and (kmd is None or kmd < NAMESPACED_PIDS_SINCE_TT_KMD):
-        since = ".".join(map(str, NAMESPACED_PIDS_SINCE_TT_KMD))
+        since = dotted(NAMESPACED_PIDS_SINCE_TT_KMD)
         return f"tt-kmd gives a container's holders as host pids only since {since} ({versions})"
     if not processes and kmd is not None and kmd < PIDS_SINCE_TT_KMD:
-        since = ".".join(map(str, PIDS_SINCE_TT_KMD))
+        since = dotted(PIDS_SINCE_TT_KMD)
         return f"tt-kmd lists the processes that hold a card only since {since} ({versions})"
     return ""
+
+
+def dotted(version: tuple[int, ...]) -> str:
+    """``version`` as it is written: ``(3, 0, 5)`` -> ``3.0.5``."""
+    return ".".join(map(str, version))
 
 
 def version_tuple(text: str) -> tuple[int, ...] | None:

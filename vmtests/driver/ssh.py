@@ -106,7 +106,7 @@ class SshMachine(Machine):
         self._child: Any = None
         self._channel: ShellChannel | None = None
         self._pre_reboot_boot_id: str | None = None
-        self._reboot_pending = False
+        """The boot a pending reboot must end (None: no reboot pending)."""
         if not strict_host_key_checking:
             log.warning(
                 f"{self.name}: host key checking is OFF (explicitly requested); "
@@ -233,18 +233,17 @@ class SshMachine(Machine):
         """True from a reboot request until a new boot answered (or the old session outlived
         the wait: the host did not go down): a Ctrl-C during the wait leaves it set (the old
         session may still answer while the host goes down)."""
-        return self._reboot_pending
+        return self._pre_reboot_boot_id is not None
 
     def reconnect(self, timeout: float | None = None) -> None:
         """Open the session again after it dropped (at most ``timeout``, by default
         ``start_timeout``): the host keeps running what the old session started. With a reboot
         pending, only a new boot counts, as in ``reboot``."""
         deadline = time.monotonic() + (self.start_timeout if timeout is None else timeout)
-        old_boot = self._pre_reboot_boot_id if self._reboot_pending else None
         with log.nested(f"reconnecting to {self.name} over ssh"):
             self._disconnect()
-            self._connect(deadline, not_boot_id=old_boot)
-        self._reboot_pending = False
+            self._connect(deadline, not_boot_id=self._pre_reboot_boot_id)
+        self._pre_reboot_boot_id = None
 
     def _run(self, command: str, timeout: float) -> CommandResult:
         """Run ``command`` as root (directly or via sudo); rc, stdout and stderr separately."""
@@ -283,11 +282,10 @@ class SshMachine(Machine):
         The reboot is pending from before the request (an interrupted request may have reached
         the host) until a new boot answers; a request the host refused ends it."""
         self._pre_reboot_boot_id = self.boot_id()
-        self._reboot_pending = True
         try:
             self.succeed(REBOOT_COMMAND, timeout=30)  # a refusal fails now, not at the timeout
         except CommandFailed:
-            self._reboot_pending = False
+            self._pre_reboot_boot_id = None
             raise
 
     def _wait_until_answering(self, deadline: float) -> None:
@@ -299,12 +297,12 @@ class SshMachine(Machine):
         try:
             self._wait_session_end(deadline)
         except WaitTimeout:
-            self._reboot_pending = False
+            self._pre_reboot_boot_id = None
             raise
         self._disconnect()
         with log.nested(f"reconnecting to {self.name}"):
             self._connect(deadline, not_boot_id=self._pre_reboot_boot_id)
-        self._reboot_pending = False
+        self._pre_reboot_boot_id = None
 
     def _wait_session_end(self, deadline: float) -> None:
         """Block until the current ssh session ends (the host went down) or ``deadline``."""

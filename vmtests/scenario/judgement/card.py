@@ -12,7 +12,7 @@ from __future__ import annotations
 from vmtests.contracts.findings import Check, Reason
 from vmtests.scenario.collection.snapshot import Snapshot
 from vmtests.scenario.judgement.results import CheckResult, as_informational, failed, passed
-from vmtests.tt_smi_parse import NAMESPACED_PIDS_SINCE_TT_KMD, TtSmiError, parse_snapshot
+from vmtests.tt_smi_parse import NAMESPACED_PIDS_SINCE_TT_KMD, TtSmiError, dotted, parse_snapshot
 
 
 def check_card(snapshot: Snapshot) -> list[CheckResult]:
@@ -46,7 +46,7 @@ def check_card(snapshot: Snapshot) -> list[CheckResult]:
     holders = [f"pid {p.pid} on device {p.device}" for p in card.card_users]
     kmd = card.driver_version
     if holders and kmd is not None and kmd < NAMESPACED_PIDS_SINCE_TT_KMD:
-        holders.append(f"(pids as tt-kmd {'.'.join(map(str, kmd))} records them: a container's "
+        holders.append(f"(pids as tt-kmd {dotted(kmd)} records them: a container's "
                        "own pids before tt-kmd 2.7.0)")  # fmt: skip
     if snapshot.unit.active_state == "active" and not holders:
         results.append(

@@ -41,7 +41,7 @@ from vmtests.scenario.install.generations import SWITCH_COMPARED_STATES, simple_
 from vmtests.scenario.install.switching import CommandSwitch, Switcher
 from vmtests.scenario.judgement.checks import unauthorized_message
 from vmtests.scenario.judgement.results import CheckResult
-from vmtests.tt_smi_parse import SNAPSHOT_ON_STDOUT_SINCE_TT_SMI, version_tuple
+from vmtests.tt_smi_parse import SNAPSHOT_ON_STDOUT_SINCE_TT_SMI, dotted, version_tuple
 
 PREFLIGHT = "preflight"
 """The stage label of the preflight's results."""
@@ -151,13 +151,13 @@ def _versions(sections: dict[str, str]) -> dict[str, str]:
 def _tt_smi_item(found: str) -> CheckResult:
     """Whether tt-smi prints its snapshot where the run reads it: on standard output, which it
     does since ``SNAPSHOT_ON_STDOUT_SINCE_TT_SMI`` (a version it does not say is not compared)."""
-    since = ".".join(map(str, SNAPSHOT_ON_STDOUT_SINCE_TT_SMI))
+    since = dotted(SNAPSHOT_ON_STDOUT_SINCE_TT_SMI)
     version = version_tuple(found)
+    recent = version is None or version >= SNAPSHOT_ON_STDOUT_SINCE_TT_SMI
     if version is None:
-        return _item(Check.PREFLIGHT_TT_SMI, True, Reason.TOOL_TOO_OLD,
-                     f"no tt-smi version in {found!r}: not compared with {since}")  # fmt: skip
-    recent = version >= SNAPSHOT_ON_STDOUT_SINCE_TT_SMI
-    detail = f"tt-smi {found}; the snapshot needs at least {since}"
+        detail = f"no tt-smi version in {found!r}: not compared with {since}"
+    else:
+        detail = f"tt-smi {found}; the snapshot needs at least {since}"
     if not recent:
         detail += (
             f": tt-smi {found} writes `tt-smi -s` to a file, not to standard output, and knows no "

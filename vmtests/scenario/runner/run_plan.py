@@ -16,7 +16,7 @@ from vmtests.profiles import Profile
 from vmtests.scenario.install.generations import Generation
 from vmtests.scenario.runner.preflight import Preflight
 from vmtests.scenario.runner.recovery import OnFailure, rollback_command
-from vmtests.tt_smi_parse import SNAPSHOT_ON_STDOUT_SINCE_TT_SMI
+from vmtests.tt_smi_parse import SNAPSHOT_ON_STDOUT_SINCE_TT_SMI, dotted
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def render_run_plan(plan: RunPlan) -> str:
         if plan.on_failure == OnFailure.ROLLBACK
         else f"leave the host as it is; the command that goes back: {_rollback_line(plan)}"
     )
-    tt_smi = ".".join(map(str, SNAPSHOT_ON_STDOUT_SINCE_TT_SMI))
+    tt_smi = dotted(SNAPSHOT_ON_STDOUT_SINCE_TT_SMI)
     steps = [
         "boot a fresh reference guest and deploy the base configuration (baseline)"
         if plan.deploys_base

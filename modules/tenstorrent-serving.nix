@@ -157,7 +157,8 @@ let
           state=$(docker container inspect --format '{{.State.Running}}' ${name} 2>/dev/null) || state=none
           if [ "$state" = true ]; then
             echo "stopping the leftover container ${name} gracefully (docker stop -t ${stopTimeout})"
-            docker stop -t ${stopTimeout} ${name}
+            # It may end by itself (and --rm remove it) between the inspect and the stop.
+            docker stop -t ${stopTimeout} ${name} || [ "$(docker container inspect --format '{{.State.Running}}' ${name} 2>/dev/null)" != true ]
           fi
           # Only a stopped container is left here; with --rm it may already be going away.
           if [ "$state" != none ]; then docker rm ${name} >/dev/null 2>&1 || true; fi

@@ -113,6 +113,10 @@ case "$1 $2" in
     echo "Error: No such image: $5" >&2; exit 1 ;;
   "load -i") [ -n "$LOAD_AS_OTHER_TAG" ] || echo sha256:1d2e > "$IMAGE_ID_FILE"
     echo "Loaded image: $3" ;;
+  "stop -t") case "$STOP_FAILS" in
+      gone) rm -f "$RUNNING_FILE"; echo "Error: No such container: $4" >&2; exit 1 ;;
+      running) echo "Error: cannot stop container: $4" >&2; exit 1 ;;
+    esac ;;
 esac
 """
 
@@ -138,15 +142,20 @@ class FakeDocker:
             "RUNNING_FILE": str(self.running_file),
         }
 
-    def run(self, script: str) -> list[str]:
-        """Run one script; the Docker calls it made."""
-        self.log.write_text("")
-        text = script.replace("/run/tenstorrent-serving", str(self.tmp_path / "run"))
-        done = subprocess.run(
-            ["bash", "-c", text], env=self.env, capture_output=True, text=True, check=False
-        )
+    def run(self, script: str, **env: str) -> list[str]:
+        """Run one script (with ``env`` added, e.g. ``STOP_FAILS``); the Docker calls it made."""
+        done = self.attempt(script, **env)
         assert done.returncode == 0, done.stderr
         return self.log.read_text().splitlines()
+
+    def attempt(self, script: str, **env: str) -> subprocess.CompletedProcess[str]:
+        """Run one script as its unit's ``set -e`` shell does, whatever its exit status."""
+        self.log.write_text("")
+        text = script.replace("/run/tenstorrent-serving", str(self.tmp_path / "run"))
+        return subprocess.run(
+            ["bash", "-c", text], env={**self.env, **env}, capture_output=True, text=True,
+            check=False,
+        )  # fmt: skip
 
 
 def test_pre_start_loads_the_image_file_only_when_docker_lacks_it(tmp_path: Path) -> None:
@@ -200,6 +209,28 @@ def test_leftover_and_post_stop_ask_docker_once_when_no_container_is_left(
     calls = docker.run(scripts["tenstorrent-serving-pre-start"])
     assert "rm tenstorrent-serving" in calls
     assert not [call for call in calls if call.startswith("stop")]
+
+
+def test_a_leftover_that_ends_during_the_pre_start_does_not_fail_the_start(
+    tmp_path: Path,
+) -> None:
+    """The leftover runs at the inspect and is gone (``--rm``) at the stop: the start goes on.
+    A stop that fails while the leftover still runs fails the start (``set -e``)."""
+    docker = FakeDocker(tmp_path)
+    pre = _scripts_by_name(_config())["tenstorrent-serving-pre-start"]
+    assert pre.startswith("#!/bin/bash\nset -e\n")
+    docker.running_file.write_text("true\n")
+    calls = docker.run(pre, STOP_FAILS="gone")
+    assert calls[1:3] == [
+        "stop -t 60 tenstorrent-serving",
+        "container inspect --format {{.State.Running}} tenstorrent-serving",
+    ]
+    assert f"load -i {IMAGE_FILE}" in calls
+    docker.running_file.write_text("true\n")
+    failed = docker.attempt(pre, STOP_FAILS="running")
+    assert failed.returncode != 0
+    assert "cannot stop container" in failed.stderr
+    assert not [call for call in docker.log.read_text().splitlines() if call.startswith("load")]
 
 
 def test_unit_has_the_modules_order_path_and_timeouts() -> None:

@@ -8,6 +8,11 @@ same sample names with the same label order. Both packages are dev extras.
 
 from __future__ import annotations
 
+import json
+import socket
+import struct
+import time
+
 import openai
 import prometheus_client as prometheus
 import pytest
@@ -151,3 +156,36 @@ def test_metrics_are_laid_out_as_prometheus_client_writes_them(
             histogram.labels(model_name=MODEL, engine="0")
     reference = prometheus.generate_latest(registry).decode()
     assert _shape(stub_text) == _shape(reference)
+
+
+def test_a_client_that_resets_its_connection_after_the_answer_is_no_error(
+    server: LocalStubServer,
+) -> None:
+    """A load generator closes its connection once it has read ``[DONE]``, before the closing
+    chunk: the server's keep-alive read of a next request is then reset. uvicorn logs nothing
+    of it; the stub must not log a traceback (in a guest, its lines fill the journal)."""
+    body = json.dumps(
+        {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+         "stream": True}
+    ).encode()  # fmt: skip
+    for _ in range(3):
+        with socket.create_connection((server.host, server.port), timeout=HTTP_TIMEOUT) as conn:
+            conn.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: stub\r\n"
+                b"Content-Type: application/json\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            seen = b""
+            while b"[DONE]" not in seen:
+                chunk = conn.recv(65536)
+                assert chunk, seen
+                seen += chunk
+            # Close with a reset (SO_LINGER 0), as a close with unread data does.
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    assert requests.get(server.url + "/health", timeout=HTTP_TIMEOUT).status_code == 200
+    time.sleep(0.5)  # the resets reach the server's keep-alive reads
+    output = server.output()
+    assert output.count('"POST /v1/chat/completions HTTP/1.1" 200 OK') == 3, server.tail()
+    assert "Traceback" not in output, server.tail()
+    assert "ConnectionResetError" not in output, server.tail()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+import sys
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -66,6 +67,14 @@ class StubHTTPServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], app: ServingApp) -> None:
         self.app = app
         super().__init__(address, ServingHandler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that closes its keep-alive connection after its answer (a reset while the
+        next request line is read) is no error, and uvicorn logs nothing of it; anything else
+        gets socketserver's traceback."""
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
 
 
 class ServingHandler(BaseHTTPRequestHandler):

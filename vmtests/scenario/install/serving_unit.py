@@ -198,7 +198,9 @@ def pre_start_text(
             'if [ "$state" = true ]; then',
             f'  echo "stopping the leftover container {container.name} gracefully '
             f'({BACKEND} stop -t {stop_timeout})"',
-            f"  {BACKEND} stop -t {stop_timeout} {name}",
+            "  # It may end by itself (and --rm remove it) between the inspect and the stop.",
+            f'  {BACKEND} stop -t {stop_timeout} {name} || [ "$({BACKEND} container inspect '
+            f'--format {RUNNING_FORMAT} {name} 2>/dev/null)" != true ]',
             "fi",
             "# Only a stopped container is left here; with --rm it may already be going away.",
             f'if [ "$state" != none ]; then {BACKEND} rm {name} >/dev/null 2>&1 || true; fi',

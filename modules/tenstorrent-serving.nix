@@ -158,10 +158,14 @@ let
           if [ "$state" = true ]; then
             echo "stopping the leftover container ${name} gracefully (docker stop -t ${stopTimeout})"
             # It may end by itself (and --rm remove it) between the inspect and the stop.
-            docker stop -t ${stopTimeout} ${name} || [ "$(docker container inspect --format '{{.State.Running}}' ${name} 2>/dev/null)" != true ]
+            docker stop -t ${stopTimeout} ${name} || { [ "$(docker container inspect --format '{{.State.Running}}' ${name} 2>/dev/null)" != true ]; echo "the leftover container ${name} had already ended"; }
           fi
-          # Only a stopped container is left here; with --rm it may already be going away.
-          if [ "$state" != none ]; then docker rm ${name} >/dev/null 2>&1 || true; fi
+          # Only a stopped container is left here. With --rm, Docker may still be removing it
+          # after the stop returned: wait (50 looks at most) until its name is free.
+          if [ "$state" != none ]; then
+            docker rm ${name} >/dev/null 2>&1 || true
+            for _ in $(seq 50); do docker container inspect ${name} >/dev/null 2>&1 || break; sleep 0.2; done
+          fi
         ''
     )
     + lib.optionalString (cfg.imageFile != null) loadImage;

@@ -115,8 +115,13 @@ case "$1 $2" in
     echo "Loaded image: $3" ;;
   "stop -t") case "$STOP_FAILS" in
       gone) rm -f "$RUNNING_FILE"; echo "Error: No such container: $4" >&2; exit 1 ;;
+      stopped) echo false > "$RUNNING_FILE"; echo "Error: stopping container $4" >&2; exit 1 ;;
       running) echo "Error: cannot stop container: $4" >&2; exit 1 ;;
-    esac ;;
+    esac
+    [ -f "$RUNNING_FILE" ] && echo false > "$RUNNING_FILE"; echo "$4" ;;
+  "rm "*) grep -qx true "$RUNNING_FILE" 2>/dev/null \
+      && { echo "Error: cannot remove a running container" >&2; exit 1; }
+    rm -f "$RUNNING_FILE" ;;
 esac
 """
 
@@ -203,29 +208,34 @@ def test_leftover_and_post_stop_ask_docker_once_when_no_container_is_left(
         "stop -t 60 tenstorrent-serving",
         "rm tenstorrent-serving",
     ]
+    docker.running_file.write_text("true\n")  # a leftover of a crashed unit, still running
     calls = docker.run(scripts["tenstorrent-serving-pre-start"])
-    assert calls[1:3] == ["stop -t 60 tenstorrent-serving", "rm tenstorrent-serving"]
+    inspect = "container inspect tenstorrent-serving"
+    assert calls[1:4] == ["stop -t 60 tenstorrent-serving", "rm tenstorrent-serving", inspect]
     docker.running_file.write_text("false\n")  # stopped, not removed: removed, not stopped
     calls = docker.run(scripts["tenstorrent-serving-pre-start"])
-    assert "rm tenstorrent-serving" in calls
+    assert calls[1:3] == ["rm tenstorrent-serving", inspect]  # its name is free at once
     assert not [call for call in calls if call.startswith("stop")]
 
 
 def test_a_leftover_that_ends_during_the_pre_start_does_not_fail_the_start(
     tmp_path: Path,
 ) -> None:
-    """The leftover runs at the inspect and is gone (``--rm``) at the stop: the start goes on.
-    A stop that fails while the leftover still runs fails the start (``set -e``)."""
+    """The leftover runs at the inspect and has ended (and ``--rm`` removed it, or not yet) at
+    the stop: the start goes on and says so. A stop that fails while the leftover still runs
+    fails the start (``set -e``)."""
     docker = FakeDocker(tmp_path)
     pre = _scripts_by_name(_config())["tenstorrent-serving-pre-start"]
     assert pre.startswith("#!/bin/bash\nset -e\n")
-    docker.running_file.write_text("true\n")
-    calls = docker.run(pre, STOP_FAILS="gone")
-    assert calls[1:3] == [
-        "stop -t 60 tenstorrent-serving",
-        "container inspect --format {{.State.Running}} tenstorrent-serving",
-    ]
-    assert f"load -i {IMAGE_FILE}" in calls
+    running = "container inspect --format {{.State.Running}} tenstorrent-serving"
+    for how in ("gone", "stopped"):
+        docker.running_file.write_text("true\n")
+        done = docker.attempt(pre, STOP_FAILS=how)
+        assert done.returncode == 0, done.stderr
+        assert "the leftover container tenstorrent-serving had already ended" in done.stdout
+        calls = docker.log.read_text().splitlines()
+        assert calls[1:3] == ["stop -t 60 tenstorrent-serving", running]
+        assert calls[-1] == "image inspect --format {{.Id}} vmtests-stub-vllm:latest"
     docker.running_file.write_text("true\n")
     failed = docker.attempt(pre, STOP_FAILS="running")
     assert failed.returncode != 0

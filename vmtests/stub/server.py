@@ -71,7 +71,9 @@ def _load(
     if fault_knobs.start_delay:
         time.sleep(fault_knobs.start_delay)  # a slow model load
     if fault_knobs.hang == "start":
-        threading.Event().wait()  # never returns; SIGTERM's default action ends the process
+        # Never returns. SIGTERM's default action ends it, except as a container's PID 1, which
+        # ignores it: `docker stop` then waits out its timeout and kills it.
+        threading.Event().wait()
     startup.load_model(plan, env, printer)
     if fault_knobs.crash_at_start:
         raise startup.StartupRefused(

@@ -199,11 +199,17 @@ def pre_start_text(
             f'  echo "stopping the leftover container {container.name} gracefully '
             f'({BACKEND} stop -t {stop_timeout})"',
             "  # It may end by itself (and --rm remove it) between the inspect and the stop.",
-            f'  {BACKEND} stop -t {stop_timeout} {name} || [ "$({BACKEND} container inspect '
-            f'--format {RUNNING_FORMAT} {name} 2>/dev/null)" != true ]',
+            f'  {BACKEND} stop -t {stop_timeout} {name} || {{ [ "$({BACKEND} container inspect '
+            f'--format {RUNNING_FORMAT} {name} 2>/dev/null)" != true ]; '
+            f'echo "the leftover container {container.name} had already ended"; }}',
             "fi",
-            "# Only a stopped container is left here; with --rm it may already be going away.",
-            f'if [ "$state" != none ]; then {BACKEND} rm {name} >/dev/null 2>&1 || true; fi',
+            "# Only a stopped container is left here. With --rm, Docker may still be removing it",
+            "# after the stop returned: wait (50 looks at most) until its name is free.",
+            'if [ "$state" != none ]; then',
+            f"  {BACKEND} rm {name} >/dev/null 2>&1 || true",
+            f"  for _ in $(seq 50); do {BACKEND} container inspect {name} >/dev/null 2>&1"
+            " || break; sleep 0.2; done",
+            "fi",
         ]
         if container.image_file is not None:
             lines += _load_image_lines(container)

@@ -128,15 +128,20 @@ TOOLS = ("systemctl", "journalctl", "curl", "tt-smi", "docker")
 
 
 def _fake_tools(
-    directory: Path, unit_state: str = "active running", tt_smi_version: str = "6.2.1"
+    directory: Path,
+    unit_state: str = "active running",
+    tt_smi_version: str = "6.2.1",
+    jobs: str = "",
 ) -> str:
     """Fakes of TOOLS in ``directory``, the serving unit in ``unit_state`` (ActiveState
-    SubState), tt-smi saying ``tt_smi_version``; the PATH that finds them first."""
+    SubState) with systemd's ``jobs`` (``list-jobs`` lines), tt-smi saying ``tt_smi_version``;
+    the PATH that finds them first."""
     active, sub = unit_state.split()
     scripts = {
         "tt-smi": f"echo {tt_smi_version}",
         "docker": "echo Docker version 26.1.5",
         "systemctl": f"""case $1 in show) printf 'ActiveState={active}\\nSubState={sub}\\n';;
+  list-jobs) printf '%s' '{jobs}';;
   *) echo systemd 257 '(257.13)';; esac""",
         "curl": "printf 200",  # GET /v1/models answers 200
         "journalctl": "true",
@@ -203,6 +208,22 @@ def test_a_serving_unit_that_does_not_run_is_refused_as_such(
     assert f"tenstorrent-serving.service is {active} ({sub}): it is not running" in unit.message
     assert "journalctl -b -u tenstorrent-serving.service" in unit.message
     assert Check.PREFLIGHT_RESTARTS not in {item.check for item in found.items}
+
+
+def test_a_serving_unit_still_waiting_to_start_is_refused_with_its_job(tmp_path: Path) -> None:
+    """Just after a boot the unit may be inactive with its start job queued (behind Docker):
+    the refusal says to wait for it, not that the unit stopped."""
+    job = "41 tenstorrent-serving.service start waiting\n"
+    machine = cast(Machine, LocalShell(_fake_tools(tmp_path, "inactive dead", jobs=job)))
+    switcher = cast(Switcher, _Switch(DryRun(True, False, "would not restart")))
+    found = run_preflight(machine, CFX, switcher, Settings())
+    (unit,) = [item for item in found.items if item.check == Check.PREFLIGHT_ACTIVE]
+    assert (unit.ok, unit.reason) == (False, Reason.NOT_ACTIVE)
+    assert "is inactive (dead) with start job 41 queued (waiting)" in unit.message
+    assert "wait until `systemctl is-active tenstorrent-serving.service` says active" in (
+        unit.message
+    )
+    assert "it is not running" not in unit.message
 
 
 @pytest.mark.parametrize(

@@ -73,6 +73,7 @@ sec meminfo; grep -E '^(MemAvailable|Hugepagesize):' /proc/meminfo
 sec pools; @POOL_SIZES@
 sec disk; df -Pk / | tail -n1
 sec unit; systemctl show -p ActiveState -p SubState "$unit"
+sec unit_jobs; systemctl list-jobs --no-legend --no-pager "$unit" 2>/dev/null
 sec v1
 if [ -n "$keyfile" ]; then
   @API_KEY_READ@
@@ -229,7 +230,16 @@ def _unit_item(sections: dict[str, str]) -> CheckResult:
     active, sub = state.get("ActiveState") or "unknown", state.get("SubState") or "unknown"
     running = active in SWITCH_COMPARED_STATES
     detail = f"{SERVING_UNIT} is {active} ({sub})"
-    if not running:
+    jobs = [line.split() for line in sections.get("unit_jobs", "").splitlines()]
+    queued = [job for job in jobs if job[1:3] == [SERVING_UNIT, "start"]]
+    if not running and queued:
+        detail += (
+            f" with start job {queued[0][0]} queued ({' '.join(queued[0][3:])}): it has not "
+            "started yet (the boot, or a unit it is ordered after, has not finished); wait "
+            f"until `systemctl is-active {SERVING_UNIT}` says active (`systemctl list-jobs` "
+            "shows what it waits for), then run again"
+        )
+    elif not running:
         detail += (
             f": it is not running, so no switch could show its restart; start it (`systemctl "
             f"start {SERVING_UNIT}`), or read why it stopped (`journalctl -b -u {SERVING_UNIT}`), "

@@ -102,8 +102,9 @@ def test_pre_start_loads_the_image_file_and_never_kills_a_leftover() -> None:
     assert "-f" not in post.split()
 
 
-# A `docker` that logs its arguments and answers like Docker: no container of that name, and an
-# image (its ID in $IMAGE_ID_FILE) that exists only once `docker load` has run.
+# A `docker` that logs its arguments and answers like Docker: a container of that name only while
+# $RUNNING_FILE holds its state (a stop leaves it stopped, $STOP_FAILS makes the stop fail, rm
+# removes a stopped one), and an image (its ID in $IMAGE_ID_FILE) once `docker load` has run.
 FAKE_DOCKER = """#!/bin/sh
 echo "$*" >> "$DOCKER_LOG"
 case "$1 $2" in
@@ -147,20 +148,19 @@ class FakeDocker:
             "RUNNING_FILE": str(self.running_file),
         }
 
-    def run(self, script: str, **env: str) -> list[str]:
-        """Run one script (with ``env`` added, e.g. ``STOP_FAILS``); the Docker calls it made."""
-        done = self.attempt(script, **env)
+    def run(self, script: str) -> list[str]:
+        """Run one script; the Docker calls it made."""
+        done = self.attempt(script)
         assert done.returncode == 0, done.stderr
         return self.log.read_text().splitlines()
 
-    def attempt(self, script: str, **env: str) -> subprocess.CompletedProcess[str]:
+    def attempt(self, script: str) -> subprocess.CompletedProcess[str]:
         """Run one script as its unit's ``set -e`` shell does, whatever its exit status."""
         self.log.write_text("")
         text = script.replace("/run/tenstorrent-serving", str(self.tmp_path / "run"))
         return subprocess.run(
-            ["bash", "-c", text], env={**self.env, **env}, capture_output=True, text=True,
-            check=False,
-        )  # fmt: skip
+            ["bash", "-c", text], env=self.env, capture_output=True, text=True, check=False
+        )
 
 
 def test_pre_start_loads_the_image_file_only_when_docker_lacks_it(tmp_path: Path) -> None:
@@ -230,14 +230,16 @@ def test_a_leftover_that_ends_during_the_pre_start_does_not_fail_the_start(
     running = "container inspect --format {{.State.Running}} tenstorrent-serving"
     for how in ("gone", "stopped"):
         docker.running_file.write_text("true\n")
-        done = docker.attempt(pre, STOP_FAILS=how)
+        docker.env["STOP_FAILS"] = how
+        done = docker.attempt(pre)
         assert done.returncode == 0, done.stderr
         assert "the leftover container tenstorrent-serving had already ended" in done.stdout
         calls = docker.log.read_text().splitlines()
         assert calls[1:3] == ["stop -t 60 tenstorrent-serving", running]
         assert calls[-1] == "image inspect --format {{.Id}} vmtests-stub-vllm:latest"
     docker.running_file.write_text("true\n")
-    failed = docker.attempt(pre, STOP_FAILS="running")
+    docker.env["STOP_FAILS"] = "running"
+    failed = docker.attempt(pre)
     assert failed.returncode != 0
     assert "cannot stop container" in failed.stderr
     assert not [call for call in docker.log.read_text().splitlines() if call.startswith("load")]

@@ -299,10 +299,7 @@ class SshMachine(Machine):
         except WaitTimeout:
             self._pre_reboot_boot_id = None
             raise
-        self._disconnect()
-        with log.nested(f"reconnecting to {self.name}"):
-            self._connect(deadline, not_boot_id=self._pre_reboot_boot_id)
-        self._pre_reboot_boot_id = None
+        self.reconnect(timeout=deadline - time.monotonic())
 
     def _wait_session_end(self, deadline: float) -> None:
         """Block until the current ssh session ends (the host went down) or ``deadline``."""

@@ -46,8 +46,9 @@ def check_card(snapshot: Snapshot) -> list[CheckResult]:
     holders = [f"pid {p.pid} on device {p.device}" for p in card.card_users]
     kmd = card.driver_version
     if holders and kmd is not None and kmd < NAMESPACED_PIDS_SINCE_TT_KMD:
+        since = dotted(NAMESPACED_PIDS_SINCE_TT_KMD)
         holders.append(f"(pids as tt-kmd {dotted(kmd)} records them: a container's "
-                       "own pids before tt-kmd 2.7.0)")  # fmt: skip
+                       f"own pids before tt-kmd {since})")  # fmt: skip
     if snapshot.unit.active_state == "active" and not holders:
         results.append(
             failed(

@@ -25,7 +25,7 @@ API for other parts of the suite (the reference guest installs what NixOS render
   the tree's stamp, the expression), so parallel workers evaluate once; raises
   ``NixosEvalUnavailable`` (its message names the set-up step) or ``NixError``;
   ``describe(configuration)``: one configuration's part of it (reusing any evaluation already
-  made);
+  made), ``describe_with_environment`` with where it was evaluated;
 - ``job_script_file(text, shell)``: the file nixpkgs writes for a unit's job script.
 
 The eval tier reads single units of a description with ``tests/eval/rendered_unit.py``.
@@ -252,14 +252,18 @@ def evaluate(configurations: list[str] | None = None, *, outputs: bool = True) -
 
 def describe(configuration: str) -> dict[str, Any]:
     """One configuration's description, from any evaluation already made in this process."""
+    return describe_with_environment(configuration)[0]
+
+
+def describe_with_environment(configuration: str) -> tuple[dict[str, Any], str]:
+    """``describe``, and the environment line of the evaluation it comes from."""
     for data in _CACHE.values():
         if configuration in data["configurations"]:
             found: dict[str, Any] = data["configurations"][configuration]
-            return found
-    described: dict[str, Any] = evaluate([configuration], outputs=False)["configurations"][
-        configuration
-    ]
-    return described
+            return found, str(data["environment"])
+    data = evaluate([configuration], outputs=False)
+    described: dict[str, Any] = data["configurations"][configuration]
+    return described, str(data["environment"])
 
 
 def job_script_file(text: str, shell: str = "/bin/sh") -> str:

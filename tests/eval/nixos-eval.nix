@@ -233,6 +233,46 @@ let
         else
           null;
       dockerPackage = builtins.unsafeDiscardStringContext (toString config.virtualisation.docker.package);
+      # The versions this configuration runs, under the keys of vmtests/scenario/runner/versions.py
+      # (COMPONENTS): { version } or, where the evaluation cannot know it, { why }.
+      versions =
+        let
+          docker = config.virtualisation.docker.package;
+          kernel = config.boot.kernelPackages.kernel;
+          known =
+            package: version:
+            if package.vmtestsEvalStub or false then
+              { why = "the trimmed nixpkgs tree stubs ${package.pname} (tests/eval/nixos-shim.nix)"; }
+            else
+              { inherit version; };
+          # dockerd runs the containerd that docker's package links into libexec/docker, built
+          # from the tag containerdRev; its version attribute is docker's own (nixpkgs
+          # pkgs/applications/virtualization/docker/default.nix: docker-containerd).
+          containerdTag = docker.docker-containerd.src.tag or null;
+        in
+        {
+          systemd = known config.systemd.package config.systemd.package.version;
+          docker = known docker docker.version;
+          containerd =
+            if containerdTag == null then
+              { why = "docker's package names no containerd of its own (docker-containerd)"; }
+            else
+              known docker (lib.removePrefix "v" containerdTag);
+          kernel = known kernel kernel.version;
+          # nixos/modules/hardware/tenstorrent.nix installs pkgs.tt-smi.
+          tt-smi =
+            if config.hardware.tenstorrent.enable or false then
+              known pkgs.tt-smi pkgs.tt-smi.version
+            else
+              { why = "hardware.tenstorrent is off: the configuration runs the stub device layer (modules/tenstorrent-stub.nix)"; };
+          vllm = {
+            why =
+              if serving.enable then
+                "the image ${serving.image} carries its own vLLM, whose version Nix does not know"
+              else
+                "the configuration serves nothing";
+          };
+        };
       authorizedKeys = config.users.users.root.openssh.authorizedKeys.keys;
       sshd = config.services.openssh.enable;
       instrumented = config.vmtests.instrumentation.enable or false;

@@ -13,6 +13,8 @@ let
       {
         pname = name;
         version = "0-vmtests-eval-stub";
+        # Read by tests/eval/nixos-eval.nix (`versions`): a stub has no version to report.
+        passthru.vmtestsEvalStub = true;
       }
       ''
         echo "${name} is an evaluation-only stub of tests/eval/nixos-shim-packages.nix; it cannot be built" >&2

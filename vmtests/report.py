@@ -27,6 +27,7 @@ from vmtests.scenario.judgement.results import CheckResult
 from vmtests.scenario.judgement.seen import live_state, seen, statement_lines
 from vmtests.scenario.judgement.server_config import describe
 from vmtests.scenario.runner.scenario import CHECK, Kind, ScenarioResult
+from vmtests.scenario.runner.versions import VersionTable, markdown_lines
 
 STAGES = ("S0", "S1", "S2")
 TIMING_GROUPS = {
@@ -35,7 +36,7 @@ TIMING_GROUPS = {
     "reboot": ("reboot",),
     "snapshots": ("snapshot S0", "snapshot S1", "snapshot S2", "snapshot check"),
     "checks": ("checks S0", "checks S1", "checks S2", "compare S1/S2", "checks"),
-    "preflight": ("preflight", "record generation"),
+    "preflight": ("preflight", "record generation", "versions", "nixos versions"),
     "evidence": ("evidence S1", "evidence S2", "evidence check", "evidence error"),
     "recovery": ("recovery", "snapshot rollback", "checks rollback"),
 }
@@ -110,6 +111,7 @@ def scenario_data(result: ScenarioResult) -> dict[str, Any]:
         "settings": result.settings.to_dict(),
         "preflight": [_redacted(item) for item in result.preflight],
         "versions": result.versions,
+        "version_table": result.version_table.to_dict(),
         "generation": result.generation.to_dict() if result.generation else None,
         "recovery": result.recovery.to_dict() if result.recovery else None,
         **(_check_data(result) if result.kind == Kind.CHECK else {}),
@@ -197,6 +199,7 @@ def markdown_summary(result: ScenarioResult, controls: Sequence[ControlOutcome] 
     for line in (system_line(result), accelerator_line(result)):
         if line:
             lines += [line, ""]
+    lines += [*version_lines(result.version_table), ""]
     lines += [
         "S0 is the base boot (the target profile is not expected to hold there), S1 is after "
         "the switch, S2 after the reboot.",
@@ -286,6 +289,11 @@ def machine_acceleration(machine: object) -> dict[str, str]:
     return dict(acceleration) if isinstance(acceleration, dict) else {}
 
 
+def version_lines(table: VersionTable) -> list[str]:
+    """The version table (``vmtests.scenario.runner.versions``), redacted like all free text."""
+    return [redact_text(line) for line in markdown_lines(table)]
+
+
 def _escape(text: str) -> str:
     return redact_text(text).replace("|", "\\|").replace("\n", " ")
 
@@ -328,6 +336,8 @@ def _check_markdown(result: ScenarioResult) -> str:
         "",
         f"Read-only: one snapshot, no switch, no reboot, no restart. Deployed first: "
         f"{result.switch}.",
+        "",
+        *version_lines(result.version_table),
     ]
     snapshot = result.snapshots.get(CHECK)
     if snapshot is not None:

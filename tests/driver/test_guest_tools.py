@@ -28,7 +28,7 @@ from vmtests.scenario.collection.collect import _SCRIPT as SNAPSHOT_SCRIPT
 from vmtests.scenario.collection.collect import API_KEY_READ
 from vmtests.scenario.install.generations import current_generation, record_unit_set
 from vmtests.scenario.runner.preflight import _SCRIPT as PREFLIGHT_SCRIPT
-from vmtests.scenario.runner.preflight import VERSION_COMMANDS
+from vmtests.scenario.runner.versions import VERSION_COMMANDS, versions_script
 
 # Shell builtins and keywords of bash (and dash): never looked up on PATH.
 BUILTINS = frozenset(
@@ -147,7 +147,9 @@ def test_the_manifest_covers_the_rollbacks_and_the_preflight() -> None:
     store = "/nix/store/abc-nixos-system-x"
     nixos = current_generation(cast(Machine, _Recorder(f"{store}\nsystem-4-link\n{store}\n")))
     unit_set = record_unit_set(cast(Machine, _Recorder("0123456789abcdef\n")))
-    preflight = PREFLIGHT_SCRIPT.replace("@POOL_SIZES@", POOL_SIZES).replace("@VERSIONS@", "")
+    preflight = PREFLIGHT_SCRIPT.replace("@POOL_SIZES@", POOL_SIZES).replace(
+        "@VERSIONS@", versions_script()
+    )
     used: set[str] = set()
     for script in (
         nixos.rollback_command, nixos.current_command, unit_set.rollback_command,
@@ -156,7 +158,7 @@ def test_the_manifest_covers_the_rollbacks_and_the_preflight() -> None:
         used |= _command_words(script)
     used -= BUILTINS | {"sec", "version"}  # the preflight script's own functions
     # The NixOS system's own, which the preflight's version command looks for in
-    # preflight.NIXOS_SYSTEM_BIN, off the manifest.
+    # versions.NIXOS_SYSTEM_BIN, off the manifest.
     used -= {"nixos-version"}
     missing = sorted(program for program in used if program not in GUEST_TOOLS)
     assert missing == [], f"programs run in guests but missing from the tool manifest: {missing}"

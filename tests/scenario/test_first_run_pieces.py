@@ -22,10 +22,11 @@ from vmtests.report import markdown_summary, scenario_data, write_prometheus
 from vmtests.scenario.install.generations import DryRun, Generation
 from vmtests.scenario.install.switching import CommandSwitch, Switcher
 from vmtests.scenario.judgement.checks import evaluate_stage
-from vmtests.scenario.runner.preflight import NIXOS_SYSTEM_BIN, required_tools, run_preflight
+from vmtests.scenario.runner.preflight import required_tools, run_preflight
 from vmtests.scenario.runner.recovery import OnFailure
 from vmtests.scenario.runner.run_plan import RunPlan, render_run_plan
 from vmtests.scenario.runner.scenario import CHECK, Kind, ScenarioResult
+from vmtests.scenario.runner.versions import NIXOS_SYSTEM_BIN
 
 CFX = load_profile("cfx-llm2")
 

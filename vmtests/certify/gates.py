@@ -16,6 +16,7 @@ from vmtests.certify.model import ERROR, FAILED, PASSED, GateResult
 from vmtests.contracts.serving import GIB_KIB
 from vmtests.scenario.collection.collect import take_snapshot
 from vmtests.scenario.judgement.checks import evaluate_stage
+from vmtests.scenario.runner.versions import VersionTable, read_versions, stands_in_for
 
 DEFECT_RATE = 1 / 128
 
@@ -52,6 +53,10 @@ def preflight(ctx: Context) -> GateResult:
         gate.error(str(error))
     identity = hostops.identity(machine, snapshot, smi)
     ctx.result.identity = identity
+    ctx.result.versions = VersionTable(
+        read_versions(machine, ctx.settings.serving_port),
+        stands_in_for(ctx.base.profile.serving_profile),
+    )
     boards = [board["board_type"] for board in identity["boards"]]
     gate.numbers.update(boards=boards, driver=identity["driver"])
     if smi and not any(str(board).lower().startswith("p150") for board in boards):

@@ -14,6 +14,7 @@ from typing import Any
 from vmtests.certify.arms import SwitchRecord
 from vmtests.certify.loadgen import RequestRecord
 from vmtests.contracts.status import ExitStatus, RunStatus
+from vmtests.scenario.runner.versions import VersionTable
 
 PASSED, FAILED, ERROR, SKIPPED = "passed", "failed", "error", "skipped"
 REPORTED = "reported"
@@ -99,6 +100,8 @@ class CertificationResult:
     requests: list[RequestRecord] = field(default_factory=list)
     switches: list[SwitchRecord] = field(default_factory=list)
     identity: dict[str, Any] = field(default_factory=dict)
+    versions: VersionTable = field(default_factory=VersionTable)
+    """The versions the run used next to NixOS's (filled by the preflight gate)."""
     options: dict[str, Any] = field(default_factory=dict)
     status: RunStatus = RunStatus.RUNNING
     error: str = ""

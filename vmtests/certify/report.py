@@ -1,5 +1,6 @@
 """The certificate: ``certificate.json`` (everything), ``certificate.md`` (verdict first, then a
-gate table) and, when matplotlib is installed, ``certificate.html`` with plots (``html.py``).
+gate table, the persistence reports' version table) and, when matplotlib is installed,
+``certificate.html`` with plots (``html.py``; it embeds the Markdown).
 
 Files are written atomically with the persistence reports' ``write_atomic``; free text is
 redacted on the way out (``vmtests.scenario.collection.redact``). The Markdown never needs
@@ -19,7 +20,7 @@ from vmtests.certify.model import (
     RECORD,
     CertificationResult,
 )
-from vmtests.report import write_atomic
+from vmtests.report import version_lines, write_atomic
 from vmtests.scenario.collection.redact import redact_text
 
 JSON_NAME, MARKDOWN_NAME, HTML_NAME = "certificate.json", "certificate.md", "certificate.html"
@@ -40,6 +41,7 @@ def certificate_data(result: CertificationResult) -> dict[str, Any]:
         "wall_seconds": round(result.wall_seconds, 3),
         "options": result.options,
         "identity": result.identity,
+        "version_table": result.versions.to_dict(),
         "loadgen_overhead": result.loadgen_overhead,
         "detectors": {name: counts.to_dict() for name, counts in result.detectors.items()},
         "unanswered": result.unanswered,
@@ -84,7 +86,7 @@ def markdown(result: CertificationResult) -> str:
         summary = gate.summary.replace("|", "\\|")
         numbers = _key_numbers(gate.numbers).replace("|", "\\|")
         lines.append(f"| {gate.name} | **{gate.status}** | {summary} | {numbers} |")
-    lines += ["", *detector_lines(result)]
+    lines += ["", *version_lines(result.versions), "", *detector_lines(result)]
     probe = result.gate("determinism")
     if probe is not None:
         lines += ["", *probe_lines(probe.numbers)]

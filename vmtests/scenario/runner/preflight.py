@@ -41,31 +41,19 @@ from vmtests.scenario.install.generations import SWITCH_COMPARED_STATES, simple_
 from vmtests.scenario.install.switching import CommandSwitch, Switcher
 from vmtests.scenario.judgement.checks import unauthorized_message
 from vmtests.scenario.judgement.results import CheckResult
+from vmtests.scenario.runner.versions import parse_versions, versions_script
 from vmtests.tt_smi_parse import SNAPSHOT_ON_STDOUT_SINCE_TT_SMI, dotted, version_tuple
 
 PREFLIGHT = "preflight"
 """The stage label of the preflight's results."""
 BASE_TOOLS = ("systemctl", "journalctl", "curl", "tt-smi")
-NIXOS_SYSTEM_BIN = "/run/current-system/sw/bin"
-"""The NixOS system's programs: on a NixOS VM's backdoor, whose PATH is the tool manifest only,
-nixos-rebuild and nixos-version are found here alone."""
-VERSION_COMMANDS = {
-    "tt-smi": "tt-smi --version",  # argparse's version action: the bare version (tt-smi.py)
-    "docker": "docker --version",
-    "systemd": "systemctl --version | head -n1",
-    "nixos-rebuild": (
-        f'PATH="$PATH:{NIXOS_SYSTEM_BIN}"; command -v nixos-rebuild && nixos-version'
-    ),
-}
 PREFLIGHT_TIMEOUT = 240.0
 """The preflight's one round trip: each version command is bounded at 30 s, the rest at 10 s."""
 
 _SCRIPT = r"""
 tools=$1; keyfile=$2; port=$3; unit=$4
+export port  # vLLM's /version (versions.VERSION_COMMANDS)
 sec() { printf '\n%s%s\n' "$MARK" "$1"; }
-version() {  # version TOOL COMMAND: what COMMAND prints (within 30 s), "-" when it fails
-  sec "version $1"; out=$(timeout 30 sh -c "$2" 2>&1) || out=-; printf '%s\n' "${out:--}"
-}
 @VERSIONS@
 sec tools
 for tool in $tools; do printf '%s %s\n' "$tool" "$(command -v "$tool" || echo -)"; done
@@ -138,15 +126,6 @@ def _program(words: list[str]) -> str | None:
             continue
         return word
     return None
-
-
-def _versions(sections: dict[str, str]) -> dict[str, str]:
-    """What ``--version`` said for tt-smi, docker, systemd and nixos-rebuild (``-`` when absent),
-    one line each."""
-    return {
-        tool: " ".join(sections.get(f"version {tool}", "").split()) or "-"
-        for tool in VERSION_COMMANDS
-    }
 
 
 def _tt_smi_item(found: str) -> CheckResult:
@@ -282,11 +261,8 @@ def run_preflight(
 ) -> Preflight:
     """Ask everything, changing nothing; the caller refuses on ``refusal``."""
     tools = required_tools(settings, switcher)
-    versions = "\n".join(
-        f"version {tool} {shlex.quote(command)}" for tool, command in VERSION_COMMANDS.items()
-    )
     script = (
-        _SCRIPT.replace("@VERSIONS@", versions)
+        _SCRIPT.replace("@VERSIONS@", versions_script())
         .replace("@API_KEY_READ@", API_KEY_READ)
         .replace("@POOL_SIZES@", POOL_SIZES)
     )
@@ -296,7 +272,7 @@ def run_preflight(
         "vmtests-preflight " + " ".join(shlex.quote(str(value)) for value in values)
     )
     sections = split_sections(machine.execute(command, timeout=PREFLIGHT_TIMEOUT).stdout_text)
-    preflight = Preflight(versions=_versions(sections))
+    preflight = Preflight(versions=parse_versions(sections))
     paths = dict(
         line.split(" ", 1) for line in sections.get("tools", "").splitlines() if " " in line
     )

@@ -61,6 +61,12 @@ from vmtests.scenario.judgement.results import CheckResult, as_informational, fa
 from vmtests.scenario.runner.metering import DriverMeter
 from vmtests.scenario.runner.preflight import PREFLIGHT, PreflightRefused, run_preflight
 from vmtests.scenario.runner.recovery import Action, OnFailure, Recovery, recover
+from vmtests.scenario.runner.versions import (
+    NixosColumn,
+    VersionTable,
+    read_versions,
+    stands_in_for,
+)
 
 CHECK = "check"
 """The stage label of ``vmtests check``'s one snapshot."""
@@ -104,11 +110,19 @@ class ScenarioResult:
     preflight: list[CheckResult] = field(default_factory=list)
     """The preflight's items (``preflight.*`` checks), asked before anything changed."""
     versions: dict[str, str] = field(default_factory=dict)
-    """The versions of tt-smi, docker, systemd and nixos-rebuild the preflight found."""
+    """The versions the run used (``versions.VERSION_COMMANDS``: systemd, Docker, containerd,
+    kernel, vLLM, tt-smi, nixos-rebuild), asked by the preflight or, without one, alone."""
+    nixos_versions: NixosColumn | None = None
+    """Those of the NixOS configuration the run stands in for (``versions.stands_in_for``)."""
     generation: Generation | None = None
     """What the machine ran before the switch (recorded after the preflight)."""
     recovery: Recovery | None = None
     """What was done after a failure: rolled back, or left, and the command that goes back."""
+
+    @property
+    def version_table(self) -> VersionTable:
+        """The run's versions next to NixOS's, as every report shows them."""
+        return VersionTable(self.versions, self.nixos_versions)
 
     @property
     def switched_system(self) -> str | None:
@@ -238,6 +252,9 @@ class Scenario:
     def _execute(self, body: Callable[[], None]) -> ScenarioResult:
         start = time.monotonic()
         try:
+            # Before anything else, so that a run that stops early still names its NixOS.
+            with self.step("nixos versions"):
+                self.result.nixos_versions = stands_in_for(self.profile.serving_profile)
             body()
             self.result.status = RunStatus.FINISHED
         except PreflightRefused as refused:
@@ -316,8 +333,15 @@ class Scenario:
                 with self.step("deploy"):
                     self.switcher.prepare_base(self.machine)
             self._await_start()
+            self._read_versions()
             snapshot = self.snapshot(CHECK)
             self._record("checks", evaluate_stage(profile, snapshot), stage=CHECK)
+
+    def _read_versions(self) -> None:
+        """The versions the run uses, when no preflight asked them (one round trip)."""
+        with self.step("versions"):
+            self.result.versions = read_versions(self.machine, self.settings.serving_port)
+            log.info(f"versions: {VersionTable(self.result.versions).run_line()}")
 
     def _await_start(self) -> None:
         """A server still within its ready budget since its unit started gets the rest of it
@@ -355,6 +379,8 @@ class Scenario:
                 switcher.prepare_base(self.machine)
             if self.preflight:
                 self._preflight(switcher)
+            else:
+                self._read_versions()
             s0 = self.snapshot("S0")
             checks = as_informational(evaluate_stage(profile, s0))
             if self.base_profile is not None:

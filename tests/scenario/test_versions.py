@@ -1,0 +1,171 @@
+"""The version table every report carries: the run's versions next to NixOS's, in report.json,
+summary.md (the run's and the check's) and the certificate (JSON and Markdown); the NixOS column
+says why wherever it was not evaluated. The column read from a real evaluation is tested in the
+eval tier (tests/eval/test_eval_versions.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import cast
+
+import pytest
+from scenario_support import LocalShell
+
+from vmtests import nixos_eval
+from vmtests.certify.model import CertificationResult
+from vmtests.certify.report import certificate_data, markdown, write_certificate
+from vmtests.contracts.status import RunStatus
+from vmtests.driver.machine import Machine
+from vmtests.profiles import load_profile
+from vmtests.report import markdown_summary, write_scenario_report
+from vmtests.scenario.runner.scenario import Kind, ScenarioResult
+from vmtests.scenario.runner.versions import (
+    COMPONENTS,
+    NixosColumn,
+    VersionTable,
+    nixos_column,
+    parse_versions,
+    read_versions,
+    stands_in_for,
+)
+
+CFX = load_profile("cfx-llm2")
+RUN = {
+    "systemd": "systemd 257 (257.9-1~deb13u1)",
+    "docker": "Docker version 26.1.5+dfsg1, build a72d7cd",
+    "containerd": "1.7.24~ds1",
+    "kernel": "6.12.57+deb13-amd64",
+    "vllm": "0.16.0+vmtests.stub",
+    "tt-smi": "3.0.5",
+    "nixos-rebuild": "-",
+}
+NIXOS = NixosColumn(
+    "vm-test-cfx-llm2",
+    {
+        "systemd": "260.2",
+        "docker": "29.6.0",
+        "containerd": "2.2.4",
+        "kernel": "6.18.37",
+        "vllm": "not evaluated: the image x:1 carries its own vLLM",
+        "tt-smi": "not evaluated: hardware.tenstorrent is off",
+    },
+    "evaluated (nixpkgs: somewhere)",
+    True,
+)
+
+
+def table_rows(markdown_text: str) -> dict[str, tuple[str, str]]:
+    """The version table's rows in a Markdown report: component -> (run, NixOS)."""
+    lines = markdown_text.splitlines()
+    start = lines.index("## Versions: this run and NixOS")
+    rows: dict[str, tuple[str, str]] = {}
+    for line in lines[start + 6 : start + 6 + len(COMPONENTS)]:
+        component, run, nixos = (cell.strip() for cell in line.strip("|").split(" | "))
+        rows[component] = (run, nixos)
+    return rows
+
+
+def _result(kind: Kind = Kind.RUN) -> ScenarioResult:
+    result = ScenarioResult(CFX, "qemu:reference", "reference install step", kind=kind)
+    result.versions, result.nixos_versions = dict(RUN), NIXOS
+    result.status = RunStatus.FINISHED
+    return result
+
+
+@pytest.mark.parametrize("kind", [Kind.RUN, Kind.CHECK])
+def test_the_scenario_reports_carry_the_table(tmp_path: Path, kind: Kind) -> None:
+    paths = write_scenario_report(_result(kind), tmp_path)
+    expected = {c.label: (RUN[c.key], NIXOS.cells[c.key]) for c in COMPONENTS}
+    assert table_rows(paths["markdown"].read_text()) == expected
+    assert "NixOS `vm-test-cfx-llm2`" in paths["markdown"].read_text()
+    table = json.loads(paths["json"].read_text())["version_table"]
+    assert table["nixos_configuration"] == "vm-test-cfx-llm2"
+    assert table["nixos_evaluated"] is True
+    assert {row["component"]: (row["run"], row["nixos"]) for row in table["rows"]} == expected
+
+
+def test_without_an_evaluation_every_nixos_cell_says_why() -> None:
+    result = _result()
+    result.nixos_versions = NixosColumn.not_evaluated("vm-test-cfx-llm2", "no nixpkgs tree")
+    result.versions = {}  # the run ended before its versions were asked
+    rows = table_rows(markdown_summary(result))
+    assert {nixos for _, nixos in rows.values()} == {"not evaluated: no nixpkgs tree"}
+    assert all(run.startswith("not read") for run, _ in rows.values())
+    # A result nobody asked NixOS for says so too, never a blank or a guess.
+    result.nixos_versions = None
+    assert {nixos for _, nixos in table_rows(markdown_summary(result)).values()} == {
+        "not evaluated: no NixOS column was asked for"
+    }
+
+
+def test_the_certificate_carries_the_table(tmp_path: Path) -> None:
+    result = CertificationResult("cfx-llm2", "ssh://root@host", None)
+    result.versions = VersionTable(dict(RUN, docker="-"), NIXOS)
+    rows = table_rows(markdown(result))
+    assert rows["Docker"] == ("not found", "29.6.0")
+    assert rows["systemd"] == (RUN["systemd"], "260.2")
+    data = certificate_data(result)["version_table"]
+    assert data["nixos_source"] == NIXOS.source
+    assert [row["component"] for row in data["rows"]] == [c.label for c in COMPONENTS]
+    paths = write_certificate(result, tmp_path)
+    assert table_rows(paths["markdown"].read_text()) == rows
+    # A certificate written before the preflight gate ran still shows the table.
+    empty = table_rows(markdown(CertificationResult("cfx-llm2", "ssh://root@host", None)))
+    assert set(empty) == {c.label for c in COMPONENTS}
+
+
+def test_the_run_column_is_read_in_one_round_trip(tmp_path: Path) -> None:
+    """Fake tools answer the version commands; vLLM's /version JSON gives its version alone."""
+    scripts = {
+        "systemctl": "echo 'systemd 257 (257.9)'",
+        "docker": 'case $1 in version) echo 1.7.24;; *) echo "Docker version 26.1.5";; esac',
+        "curl": 'case "$*" in *:8123/version*) echo \'{"version": "0.16.0+x"}\';; *) exit 7;; esac',
+        "tt-smi": "echo 3.0.5",
+    }
+    for name, text in scripts.items():
+        (tmp_path / name).write_text(f"#!/bin/sh\n{text}\n")
+        (tmp_path / name).chmod(0o755)
+    machine = cast(Machine, LocalShell(f"{tmp_path}:/usr/bin:/bin"))
+    found = read_versions(machine, 8123)
+    assert found["vllm"] == "0.16.0+x"  # $port reached the command
+    assert (found["systemd"], found["docker"], found["containerd"]) == (
+        "systemd 257 (257.9)", "Docker version 26.1.5", "1.7.24",
+    )  # fmt: skip
+    assert found["kernel"] == Path("/proc/sys/kernel/osrelease").read_text().strip()
+    assert found["tt-smi"] == "3.0.5"
+    assert read_versions(machine, 8124)["vllm"] == "-"  # nothing answers there
+
+
+def test_a_version_answer_that_is_not_json_is_kept_as_said() -> None:
+    said = parse_versions({"version vllm": "<html>bad gateway</html>"})
+    assert said["vllm"] == "<html>bad gateway</html>"
+    assert said["systemd"] == "-"
+
+
+def test_an_unavailable_evaluation_names_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    def unavailable(configuration: str) -> None:
+        raise nixos_eval.NixosEvalUnavailable("no nixpkgs tree: run scripts/setup-nixos-eval")
+
+    monkeypatch.setattr(nixos_eval, "describe_with_environment", unavailable)
+    column = stands_in_for(CFX.serving_profile)
+    assert column.configuration == "vm-test-cfx-llm2"
+    assert not column.evaluated
+    assert set(column.cells.values()) == {
+        "not evaluated: no nixpkgs tree: run scripts/setup-nixos-eval"
+    }
+
+
+def test_an_evaluated_column_takes_each_cell_from_the_evaluation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    described = {"versions": {"systemd": {"version": "260.2"}, "vllm": {"why": "the image"}}}
+    monkeypatch.setattr(
+        nixos_eval, "describe_with_environment", lambda configuration: (described, "env")
+    )
+    column = nixos_column("vm-test-cfx-llm2")
+    assert column.evaluated
+    assert column.source == "evaluated (env)"
+    assert column.cells["systemd"] == "260.2"
+    assert column.cells["vllm"] == "not evaluated: the image"
+    assert column.cells["docker"] == "not evaluated: the evaluation gives no version"

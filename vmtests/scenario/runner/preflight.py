@@ -3,8 +3,8 @@ for a reason that has nothing to do with the settings under test, asked before a
 
 Each item is a result keyed by a ``Check`` (``preflight.*``) and, when it does not hold, a
 ``Reason``; the first that does not hold refuses the run with one line (exit 2): a required tool
-is missing (the versions found of tt-smi, docker, systemd and nixos-rebuild are reported either
-way); tt-smi is older than the first that prints its snapshot on standard output;
+is missing (the versions found, ``versions.VERSION_COMMANDS``, are reported either way);
+tt-smi is older than the first that prints its snapshot on standard output;
 ``MemAvailable`` below the owner's floor; the hugepages the target still has to reserve do not
 fit above it; too little free disk; the serving unit is not running (failed or inactive: a
 switch restarts only running units, so S1 could not show a restart); the target does not

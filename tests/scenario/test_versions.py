@@ -50,7 +50,7 @@ NIXOS = NixosColumn(
         "vllm": "not evaluated: the image x:1 carries its own vLLM",
         "tt-smi": "not evaluated: hardware.tenstorrent is off",
     },
-    "evaluated (nixpkgs: somewhere)",
+    "evaluated with nixpkgs: somewhere",
     True,
 )
 
@@ -110,6 +110,8 @@ def test_the_certificate_carries_the_table(tmp_path: Path) -> None:
     assert [row["component"] for row in data["rows"]] == [c.label for c in COMPONENTS]
     paths = write_certificate(result, tmp_path)
     assert table_rows(paths["markdown"].read_text()) == rows
+    if "html" in paths:  # with matplotlib: the page embeds the Markdown
+        assert "| Docker | not found | 29.6.0 |" in paths["html"].read_text()
     # A certificate written before the preflight gate ran still shows the table.
     empty = table_rows(markdown(CertificationResult("cfx-llm2", "ssh://root@host", None)))
     assert set(empty) == {c.label for c in COMPONENTS}
@@ -165,7 +167,7 @@ def test_an_evaluated_column_takes_each_cell_from_the_evaluation(
     )
     column = nixos_column("vm-test-cfx-llm2")
     assert column.evaluated
-    assert column.source == "evaluated (env)"
+    assert column.source == "evaluated with env"
     assert column.cells["systemd"] == "260.2"
     assert column.cells["vllm"] == "not evaluated: the image"
     assert column.cells["docker"] == "not evaluated: the evaluation gives no version"

@@ -140,7 +140,7 @@ def nixos_column(configuration: str) -> NixosColumn:
         version = item.get("version")
         why = item.get("why") or "the evaluation gives no version"
         cells[component.key] = str(version) if version else f"not evaluated: {why}"
-    return NixosColumn(configuration, cells, f"evaluated ({environment})", True)
+    return NixosColumn(configuration, cells, f"evaluated with {environment}", True)
 
 
 def stands_in_for(serving_profile: str) -> NixosColumn:

@@ -51,3 +51,15 @@ def render_command(command: str, args: tuple[object, ...]) -> str:
 def show_values(text: str) -> dict[str, str]:
     """``systemctl show``'s ``Key=value`` lines as a dict (a value may hold ``=``)."""
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def describe_last(results: list[CommandResult]) -> str:
+    """The last result a retried command gave (a wait's ``last_seen``), outputs cut to 2000
+    characters each."""
+    if not results:
+        return "(the command never completed)"
+    result = results[0]
+    return (
+        f"rc={result.rc}\nstdout: {result.stdout_text.rstrip()[-2000:]}\n"
+        f"stderr: {result.stderr_text.rstrip()[-2000:]}"
+    )

@@ -28,7 +28,12 @@ from typing import Protocol, Self, TypeAlias, runtime_checkable
 
 from vmtests.contracts.settings import Settings
 from vmtests.driver import transfer
-from vmtests.driver.commands import DEFAULT_COMMAND_TIMEOUT, DEFAULT_WAIT_TIMEOUT, show_values
+from vmtests.driver.commands import (
+    DEFAULT_COMMAND_TIMEOUT,
+    DEFAULT_WAIT_TIMEOUT,
+    describe_last,
+    show_values,
+)
 from vmtests.driver.commands import CommandResult as CommandResult  # noqa: PLC0414 (re-export)
 from vmtests.driver.commands import render_command as render_command  # noqa: PLC0414 (re-export)
 from vmtests.driver.errors import CommandFailed, DriverError, UnitWillNotStart, WaitTimeout
@@ -263,7 +268,7 @@ class Machine(MachineVerbs, abc.ABC):
 
         deadline = time.monotonic() + timeout
         with log.nested(f"waiting until {command!r} succeeds"):
-            self._poll(attempt, deadline, f"{command!r} to succeed", lambda: _describe(last))
+            self._poll(attempt, deadline, f"{command!r} to succeed", lambda: describe_last(last))
         return last[0]
 
     def wait_for_unit(self, unit: str, timeout: float = DEFAULT_WAIT_TIMEOUT) -> None:
@@ -476,13 +481,3 @@ class Machine(MachineVerbs, abc.ABC):
             time.sleep(min(interval, deadline - now))
             if backoff:
                 interval = min(interval * 1.5, MAX_RETRY_INTERVAL)
-
-
-def _describe(results: list[CommandResult]) -> str:
-    if not results:
-        return "(the command never completed)"
-    result = results[0]
-    return (
-        f"rc={result.rc}\nstdout: {result.stdout_text.rstrip()[-2000:]}\n"
-        f"stderr: {result.stderr_text.rstrip()[-2000:]}"
-    )

@@ -19,6 +19,7 @@ from typing import Protocol
 from vmtests.driver.commands import (
     DEFAULT_WAIT_TIMEOUT,
     CommandResult,
+    describe_last,
     render_command,
     show_values,
 )
@@ -50,8 +51,6 @@ class _Primitives(Protocol):
     name: str
 
     def execute(self, command: str, *args: object, timeout: float = ...) -> CommandResult: ...
-
-    def succeed(self, command: str, *args: object, timeout: float = ...) -> str: ...
 
     def copy_to(self, source: Path, destination: str, timeout: float = ...) -> None: ...
 
@@ -96,13 +95,8 @@ class MachineVerbs:
             last[:] = [self.execute(rendered, timeout=min(remaining, PROBE_TIMEOUT))]
             return last[0].rc != 0
 
-        def seen() -> str:
-            if not last:
-                return "(the command never completed)"
-            return f"rc={last[0].rc}\nstdout: {last[0].stdout_text.rstrip()[-2000:]}"
-
         with log.nested(f"waiting until {rendered!r} fails"):
-            self._poll(attempt, deadline, f"{rendered!r} to fail", seen)
+            self._poll(attempt, deadline, f"{rendered!r} to fail", lambda: describe_last(last))
         return last[0]
 
     def wait_for_file(self: _Primitives, path: str, timeout: float = DEFAULT_WAIT_TIMEOUT) -> None:

@@ -8,6 +8,7 @@ from typing import cast
 
 import pytest
 
+from vmtests.driver.errors import UnitWillNotStart
 from vmtests.driver.machine import Machine
 from vmtests.profiles import load_profile
 from vmtests.scenario.install.switching import (
@@ -92,3 +93,28 @@ def test_the_unit_and_health_waits_share_one_ready_timeout(
     machine = _SlowUnit(clock, activation=3000.0)
     wait_ready(cast(Machine, machine), 8000, timeout=3600.0)
     assert machine.budgets == {"unit": 3600.0, "health": 600.0}
+
+
+class _UnitNeverStarts:
+    """Stands in for a machine whose serving unit will never start (``wait_for_unit`` stops at
+    once); records whether /health was polled after it."""
+
+    name = "never-starts"
+
+    def __init__(self) -> None:
+        self.health_polled = False
+
+    def wait_for_unit(self, unit: str, timeout: float) -> None:
+        raise UnitWillNotStart(unit, "inactive", "is 'inactive' with no job queued", "status")
+
+    def wait_for_http_ok(self, port: int, path: str, timeout: float, unit: str) -> None:
+        self.health_polled = True
+
+
+def test_a_unit_that_will_not_start_ends_the_ready_wait_unchanged() -> None:
+    # The readiness wait neither swallows the early stop nor spends the budget on /health.
+    machine = _UnitNeverStarts()
+    with pytest.raises(UnitWillNotStart) as caught:
+        wait_ready(cast(Machine, machine), 8000, timeout=3600.0)
+    assert "is 'inactive' with no job queued" in str(caught.value)
+    assert not machine.health_polled

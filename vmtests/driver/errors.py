@@ -13,6 +13,28 @@ class DriverError(Exception):
     """Base class of every error the driver raises."""
 
 
+class RequestedAssertionFailed(AssertionError):
+    """The machine is not in the state a test required (a unit not in the state asked for, a
+    property that cannot be read): a failed check of the machine, not a broken run.
+
+    Named as the nixpkgs test driver names its own (``nixos/lib/test-driver/src/test_driver/
+    errors.py`` in NixOS/nixpkgs). ``CommandFailed`` stays a ``DriverError``: callers catch it as
+    one (the scenario records a ``DriverError`` as a failed check), and moving it would change
+    what they catch.
+    """
+
+
+class UnitWillNotStart(DriverError):
+    """A wait for a unit to become active ended early: the unit is ``failed``, or ``inactive``
+    with nothing left that could start it. ``diagnostics`` holds its status and journal tail."""
+
+    def __init__(self, unit: str, state: str, why: str, diagnostics: str) -> None:
+        self.unit = unit
+        self.state = state
+        self.diagnostics = diagnostics
+        super().__init__(f"unit {unit} {why} while waiting for 'active'\n{diagnostics}")
+
+
 class MachineGone(DriverError):
     """The machine stopped answering: QEMU exited, the console closed, or ssh lost the host."""
 

@@ -7,6 +7,9 @@ VM and on a real P150 host are the same code. Backends implement the private pri
 public call is reported to the observers registered with ``observe`` (the scenario meters its
 driver time that way).
 
+``CommandResult`` and ``render_command`` live in ``vmtests.driver.commands`` (the verbs of
+``vmtests.driver.verbs`` need them too) and are imported from here as well.
+
 Values reach guest commands quoted by the driver, as in testinfra's ``run("cmd %s", arg)``:
 ``machine.succeed("cat %s", path)`` quotes ``path`` with ``shlex.quote`` (a list or tuple
 becomes several quoted words). Without arguments the command is sent as written.
@@ -16,23 +19,28 @@ from __future__ import annotations
 
 import abc
 import base64
-import shlex
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol, Self, TypeAlias, runtime_checkable
 
 from vmtests.contracts.settings import Settings
 from vmtests.driver import transfer
-from vmtests.driver.errors import CommandFailed, DriverError, WaitTimeout
+from vmtests.driver.commands import (
+    DEFAULT_COMMAND_TIMEOUT,
+    DEFAULT_WAIT_TIMEOUT,
+    describe_last,
+    show_values,
+)
+from vmtests.driver.commands import CommandResult as CommandResult  # noqa: PLC0414 (re-export)
+from vmtests.driver.commands import render_command as render_command  # noqa: PLC0414 (re-export)
+from vmtests.driver.errors import CommandFailed, DriverError, UnitWillNotStart, WaitTimeout
 from vmtests.driver.http_probe import http_status
 from vmtests.driver.log import log
+from vmtests.driver.verbs import LISTENING_TCP, MachineVerbs, tcp_probe
 
-DEFAULT_COMMAND_TIMEOUT = 120.0
-DEFAULT_WAIT_TIMEOUT = 300.0
 DEFAULT_REBOOT_TIMEOUT = Settings().reboot_timeout
 """The reboot setting's default (``vmtests.contracts.settings``); callers pass the setting."""
 RETRY_INTERVAL = 0.5
@@ -42,6 +50,9 @@ try costs the machine CPU (a ``systemctl show`` is a noticeable part of a second
 docs/ci-time.md), taken from the boot or start being awaited. Polls from the host
 (``wait_for_http_ok`` through a forward) do not."""
 JOURNAL_TAIL_LINES = 40
+BOOTING_STATES = ("initializing", "starting")
+"""systemd ``SystemState`` values of a boot still under way (``systemctl is-system-running``)."""
+SHOW_SEPARATOR = "--vmtests-show--"
 
 
 @runtime_checkable
@@ -58,52 +69,17 @@ class Reconnecting(Protocol):
         with a reboot pending, to a new boot only."""
 
 
-@dataclass(frozen=True)
-class CommandResult:
-    """The outcome of one command: exit status and both output streams, kept separate."""
-
-    command: str
-    rc: int
-    stdout: bytes
-    stderr: bytes
-    duration: float = 0.0
-
-    @property
-    def stdout_text(self) -> str:
-        """stdout decoded as UTF-8, undecodable bytes replaced."""
-        return self.stdout.decode("utf-8", errors="replace")
-
-    @property
-    def stderr_text(self) -> str:
-        """stderr decoded as UTF-8, undecodable bytes replaced."""
-        return self.stderr.decode("utf-8", errors="replace")
-
-
 Observer: TypeAlias = Callable[[str, float, CommandResult | None], None]
 """Called after each public ``Machine`` call with its name, its seconds and, for ``execute``,
 its result. Calls made inside another public call (the commands of a ``copy_to``) are not
 reported again: the outer call's time already holds them."""
 
 
-def render_command(command: str, args: tuple[object, ...]) -> str:
-    """``command % args`` with every argument shell-quoted; ``command`` itself when no args.
+class Machine(MachineVerbs, abc.ABC):
+    """A machine under test: a QEMU guest or a real host reached over ssh.
 
-    A list or tuple argument becomes its items, each quoted, separated by spaces. With
-    arguments, a literal ``%`` in ``command`` is written ``%%``.
+    The nixpkgs driver's verbs come from ``MachineVerbs`` (``vmtests.driver.verbs``).
     """
-    if not args:
-        return command
-
-    def quote(value: object) -> str:
-        if isinstance(value, list | tuple):
-            return " ".join(shlex.quote(str(item)) for item in value)
-        return shlex.quote(str(value))
-
-    return command % tuple(quote(value) for value in args)
-
-
-class Machine(abc.ABC):
-    """A machine under test: a QEMU guest or a real host reached over ssh."""
 
     name: str
     _observers: list[Observer]
@@ -138,6 +114,11 @@ class Machine(abc.ABC):
     @abc.abstractmethod
     def _wait_until_answering(self, deadline: float) -> None:
         """Block until commands run again after a reboot, or raise ``WaitTimeout`` at deadline."""
+
+    def _wait_until_down(self, deadline: float) -> None:
+        """Block until the machine has powered off (``wait_for_shutdown``), or raise
+        ``WaitTimeout`` at ``deadline``. Not abstract: a machine that cannot tell refuses."""
+        raise NotImplementedError(f"{type(self).__name__} cannot tell when it powered off")
 
     # ---- observation -------------------------------------------------------------------------
 
@@ -275,6 +256,7 @@ class Machine(abc.ABC):
     ) -> CommandResult:
         """Retry ``command`` (see ``execute``) until it exits 0; raise ``WaitTimeout`` with its
         last output."""
+        __tracebackhide__ = True
         command = render_command(command, args)
         last: list[CommandResult] = []
 
@@ -286,24 +268,41 @@ class Machine(abc.ABC):
 
         deadline = time.monotonic() + timeout
         with log.nested(f"waiting until {command!r} succeeds"):
-            self._poll(attempt, deadline, f"{command!r} to succeed", lambda: _describe(last))
+            self._poll(attempt, deadline, f"{command!r} to succeed", lambda: describe_last(last))
         return last[0]
 
     def wait_for_unit(self, unit: str, timeout: float = DEFAULT_WAIT_TIMEOUT) -> None:
-        """Wait until ``unit`` is active; raise at once if it enters ``failed``.
+        """Wait until ``unit`` is active; stop at once when it never will.
 
-        On failure or timeout the error carries ``systemctl status`` and the unit's journal tail.
+        Raises ``UnitWillNotStart`` (with ``unit_diagnostics``) when the unit is ``failed``, or
+        when it is ``inactive`` with no job of its own while the whole manager has no job queued
+        (``NJobs=0``) and is not booting (``SystemState`` neither ``initializing`` nor
+        ``starting``): nothing is left that would start it, e.g. a unit not enabled for this
+        boot. The manager-wide test, as nixpkgs' ``wait_for_unit`` does with ``list-jobs``
+        (``nixos/lib/test-driver/src/test_driver/machine/__init__.py`` in NixOS/nixpkgs), and
+        not the unit's own job alone: systemd queues a boot's or a ``start``'s whole transaction
+        at once, so a unit in it has a job from the start, but a unit started later by another
+        unit (a path, socket or ``ExecStartPost=systemctl start``) has none until that one runs,
+        and that one's own job is still queued then. A unit that only a later event starts (a
+        timer's elapse, a connection to an idle socket) fails the wait, as in nixpkgs.
+
+        One ``systemctl show`` per poll (under TCG each costs a noticeable part of a second);
+        the manager is asked, and the unit again after it, only when the unit looks
+        abandoned. A timeout raises ``WaitTimeout`` with the same diagnostics.
         """
+        __tracebackhide__ = True
         state: list[str] = [""]
 
         def attempt() -> bool:
-            result = self.execute("systemctl show -p ActiveState --value %s", unit)
-            state[0] = result.stdout_text.strip()
+            __tracebackhide__ = True
+            unit_now = self._unit_state(unit)
+            state[0] = unit_now.get("ActiveState", "")
             if state[0] == "failed":
-                raise DriverError(
-                    f"unit {unit} entered state 'failed' while waiting for 'active'\n"
-                    + self.unit_diagnostics(unit)
+                raise UnitWillNotStart(
+                    unit, state[0], "entered state 'failed'", self.unit_diagnostics(unit)
                 )
+            if state[0] == "inactive" and not unit_now.get("Job"):
+                self._fail_if_abandoned(unit)
             return state[0] == "active"
 
         deadline = time.monotonic() + timeout
@@ -313,6 +312,35 @@ class Machine(abc.ABC):
                 deadline,
                 f"unit {unit} to become active",
                 lambda: f"ActiveState={state[0]}\n" + self.unit_diagnostics(unit),
+            )
+
+    def _unit_state(self, unit: str) -> dict[str, str]:
+        """The unit's ``ActiveState`` and ``Job`` (absent when it has no job)."""
+        shown = self.execute("systemctl show -p ActiveState,Job %s", unit, timeout=30)
+        return show_values(shown.stdout_text)
+
+    def _fail_if_abandoned(self, unit: str) -> None:
+        """Raise ``UnitWillNotStart`` when ``unit`` is inactive, jobless, and the manager has no
+        job and is not booting. The unit is read again after the manager: a job queued and
+        finished between two separate reads would otherwise look like none."""
+        __tracebackhide__ = True
+        shown = self.execute(
+            "systemctl show -p NJobs,SystemState && echo %s && "
+            "systemctl show -p ActiveState,Job %s",
+            SHOW_SEPARATOR,
+            unit,
+            timeout=30,
+        ).stdout_text
+        manager_text, _, unit_text = shown.partition(SHOW_SEPARATOR)
+        manager, unit_now = show_values(manager_text), show_values(unit_text)
+        idle = manager.get("NJobs") == "0" and manager.get("SystemState") not in BOOTING_STATES
+        if idle and unit_now.get("ActiveState") == "inactive" and not unit_now.get("Job"):
+            raise UnitWillNotStart(
+                unit,
+                "inactive",
+                "is 'inactive' with no job queued, and the system has no job left "
+                f"(SystemState={manager.get('SystemState')}): nothing will start it",
+                self.unit_diagnostics(unit),
             )
 
     def host_address(self, port: int) -> tuple[str, int] | None:
@@ -335,6 +363,7 @@ class Machine(abc.ABC):
         (docs/ci-time.md). Without one, ``curl`` runs on the machine. A timeout shows the last
         answer, and ``unit``'s status and journal when given.
         """
+        __tracebackhide__ = True
         url = f"http://127.0.0.1:{port}{path}"
         address = self.host_address(port)
         if address is None:
@@ -371,14 +400,14 @@ class Machine(abc.ABC):
         self, port: int, address: str = "127.0.0.1", timeout: float = DEFAULT_WAIT_TIMEOUT
     ) -> None:
         """Wait until ``address:port`` on the machine accepts TCP connections."""
-        # bash's /dev/tcp exists on NixOS, Debian and the P150 hosts alike; no python needed.
-        probe = f"timeout 5 bash -c 'exec 3<>/dev/tcp/{address}/{int(port)}'"
+        __tracebackhide__ = True
+        probe = tcp_probe(address, port)
         with log.nested(f"waiting for port {address}:{port}"):
             self._poll(
                 lambda: self.execute(probe, timeout=10).rc == 0,
                 time.monotonic() + timeout,
                 f"port {address}:{port} to accept connections",
-                lambda: self.execute("ss -ltnp 2>&1 | tail -n 20", timeout=10).stdout_text,
+                lambda: self.execute(LISTENING_TCP, timeout=10).stdout_text,
             )
 
     def journal(self, unit: str | None = None, boot: str = "0", lines: int | None = None) -> str:
@@ -440,6 +469,7 @@ class Machine(abc.ABC):
         Tries are ``RETRY_INTERVAL`` apart, growing by half each time up to
         ``MAX_RETRY_INTERVAL`` with ``backoff``; the last try is made at the deadline.
         """
+        __tracebackhide__ = True
         start = time.monotonic()
         interval = RETRY_INTERVAL
         while True:
@@ -451,13 +481,3 @@ class Machine(abc.ABC):
             time.sleep(min(interval, deadline - now))
             if backoff:
                 interval = min(interval * 1.5, MAX_RETRY_INTERVAL)
-
-
-def _describe(results: list[CommandResult]) -> str:
-    if not results:
-        return "(the command never completed)"
-    result = results[0]
-    return (
-        f"rc={result.rc}\nstdout: {result.stdout_text.rstrip()[-2000:]}\n"
-        f"stderr: {result.stderr_text.rstrip()[-2000:]}"
-    )

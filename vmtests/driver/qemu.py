@@ -430,6 +430,32 @@ class QemuMachine(Machine):
             self._qemu.wait_exit(time.monotonic() + 10)
             self.close()
 
+    def _wait_until_down(self, deadline: float) -> None:
+        """Wait until QEMU exits (the guest powered off), then release its sockets."""
+        start = time.monotonic()
+        self._stopping = True  # a poweroff in restart mode must not be followed by a restart
+        if not self._qemu.wait_exit(deadline):
+            self._stopping = False
+            raise WaitTimeout(
+                f"{self.name} to power off (QEMU to exit)",
+                time.monotonic() - start,
+                self.diagnostics(),
+            )
+        self.close()
+
+    def send_monitor_command(self, command: str, timeout: float = 30.0) -> str:
+        """Send one QEMU monitor (HMP) command, e.g. ``info status``, and return its output.
+
+        nixpkgs' driver writes to a ``-monitor`` socket; ours has none, and QMP's
+        ``human-monitor-command`` runs the same HMP command. ``MachineGone`` when QEMU is not
+        running; ``DriverError`` when QMP refuses or does not answer within ``timeout``.
+        """
+        with log.nested(f"monitor command {command!r} on {self.name}"):
+            output = self._qemu.qmp_call(
+                "human-monitor-command", timeout, **{"command-line": command}
+            )
+        return str(output)
+
     def wait_for_new_boot(self, old_boot_id: str, timeout: float = DEFAULT_REBOOT_TIMEOUT) -> str:
         """Follow a reboot triggered elsewhere (ssh, the guest itself); return the new boot ID.
 

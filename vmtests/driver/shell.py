@@ -141,3 +141,5 @@ REBOOT_COMMAND = "setsid -f sh -c 'exec > /dev/null 2>&1 < /dev/null; sleep 1; s
 """Reboot request that returns at once: systemd kills the shell while it stops units, so a
 plain ``systemctl reboot`` could take the command's result frame down with it. The detached
 shell drops its own output; a ``setsid`` that cannot be found still says so on stderr (rc 127)."""
+POWEROFF_COMMAND = REBOOT_COMMAND.replace("systemctl reboot", "systemctl poweroff")
+"""Poweroff request that returns at once, as ``REBOOT_COMMAND``."""

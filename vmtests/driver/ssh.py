@@ -28,7 +28,7 @@ from vmtests.driver.machine import (
     CommandResult,
     Machine,
 )
-from vmtests.driver.shell import REBOOT_COMMAND, ShellChannel
+from vmtests.driver.shell import POWEROFF_COMMAND, REBOOT_COMMAND, ShellChannel
 from vmtests.driver.tools import require_tools
 
 SUDO_PROMPT = "vmtests-sudo-password:"
@@ -260,9 +260,7 @@ class SshMachine(Machine):
     def _shutdown(self, timeout: float) -> None:
         """Power the host off and wait until the session drops."""
         with log.nested(f"powering off {self.name}"):
-            self.succeed(
-                REBOOT_COMMAND.replace("systemctl reboot", "systemctl poweroff"), timeout=30
-            )
+            self.succeed(POWEROFF_COMMAND, timeout=30)
             self._wait_session_end(time.monotonic() + timeout)
             self._disconnect()
 
@@ -275,6 +273,11 @@ class SshMachine(Machine):
                     b"echo 1 > /proc/sys/kernel/sysrq; echo o > /proc/sysrq-trigger\n"
                 )
             self._disconnect()
+
+    def _wait_until_down(self, deadline: float) -> None:
+        """Wait until the ssh session ends (the host went down), then close it."""
+        self._wait_session_end(deadline)
+        self._disconnect()
 
     def _issue_reboot(self) -> None:
         """Ask systemd to reboot (returns at once), remembering the boot that must end.

@@ -565,7 +565,7 @@ def command_attach(args: argparse.Namespace) -> int:
     if not keep.alive(state.qemu_pid, state.qemu_start):
         raise UsageError(f"{state.name} (QEMU pid {state.qemu_pid}) is no longer running")
     remote = args.remote[1:] if args.remote[:1] == ["--"] else args.remote
-    return subprocess.run(keep.attach_argv(state, remote), check=False).returncode  # noqa: S603
+    return subprocess.run(keep.attach_argv(state, remote), check=False).returncode
 
 
 def command_stop(args: argparse.Namespace) -> int:

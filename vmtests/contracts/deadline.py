@@ -25,7 +25,7 @@ _passed: DeadlineExceeded | None = None
 _lock = threading.Lock()
 
 
-class DeadlineExceeded(KeyboardInterrupt):  # noqa: N818  (named like KeyboardInterrupt)
+class DeadlineExceeded(KeyboardInterrupt):
     """The run's deadline passed during ``step``."""
 
     def __init__(self, seconds: float, step: str) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -157,7 +158,9 @@ def hand_over(proc: subprocess.Popen[bytes], keep_for: float, state_file: Path) 
         proc.stdin.write(f"{KEEP_LINE} {keep_for:g} {state_file}\n".encode())
         proc.stdin.close()
     except OSError as error:
-        raise DriverError(f"the keeper (pid {proc.pid}) did not take the keep line: {error}") from error
+        raise DriverError(
+            f"the keeper (pid {proc.pid}) did not take the keep line: {error}"
+        ) from error
     procs.unregister(proc.pid)
 
 
@@ -187,7 +190,11 @@ def read_state(given: Path) -> KeptState:
 
 
 def attach_argv(state: KeptState, command: Sequence[str] = ()) -> list[str]:
-    """The ssh command line to the kept guest: a login shell, or ``command`` when given."""
+    """The ssh command line to the kept guest: a login shell, or ``command`` when given.
+
+    One word is a shell command line, as ssh takes it (``'journalctl | tail'``); several are
+    one command's argv, quoted, since ssh would join them unquoted (``sh -c 'exit 7'``).
+    """
     argv = ["ssh", "-p", str(state.ssh_port), "-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR"]
     if state.known_hosts:
         argv += ["-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={state.known_hosts}"]
@@ -196,7 +203,8 @@ def attach_argv(state: KeptState, command: Sequence[str] = ()) -> list[str]:
     if state.ssh_key:
         argv += ["-o", "IdentitiesOnly=yes", "-i", state.ssh_key]
     argv += ["-t"] if not command else ["-o", "BatchMode=yes"]
-    return [*argv, f"{state.user}@127.0.0.1", *command]
+    remote = [command[0] if len(command) == 1 else shlex.join(command)] if command else []
+    return [*argv, f"{state.user}@127.0.0.1", *remote]
 
 
 def _qmp(socket_path: str, command: str) -> str:
@@ -236,11 +244,14 @@ def stop_kept(state: KeptState, *, from_keeper: bool = False) -> list[str]:
     said: list[str] = []
     if alive(state.qemu_pid, state.qemu_start):
         why = _qmp(state.qmp_socket, "system_powerdown")
-        said.append("asked the guest to power off (QMP system_powerdown)" + (f": {why}" if why else ""))
+        said.append(
+            "asked the guest to power off (QMP system_powerdown)" + (f": {why}" if why else "")
+        )
         if not _wait_gone(state.qemu_pid, state.qemu_start, POWERDOWN_GRACE):
             why = _qmp(state.qmp_socket, "quit")
             said.append(
-                f"still running after {POWERDOWN_GRACE:.0f}s: QMP quit" + (f": {why}" if why else "")
+                f"still running after {POWERDOWN_GRACE:.0f}s: QMP quit"
+                + (f": {why}" if why else "")
             )
             if not _wait_gone(state.qemu_pid, state.qemu_start, QUIT_GRACE):
                 with contextlib.suppress(ProcessLookupError, PermissionError):

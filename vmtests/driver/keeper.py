@@ -60,8 +60,10 @@ def main(argv: Sequence[str]) -> int:
         print("usage: python3 -m vmtests.driver.keeper -- QEMU_ARGV...", file=sys.stderr)
         return 2
     # QEMU dies with the keeper; the keeper runs in the group the run kills (procs.spawn).
-    qemu = subprocess.Popen(  # noqa: S603  (the run's own QEMU command line)
-        list(argv[1:]), stdin=subprocess.DEVNULL, preexec_fn=procs.child_setup  # noqa: PLW1509
+    qemu = subprocess.Popen(
+        list(argv[1:]),
+        stdin=subprocess.DEVNULL,
+        preexec_fn=procs.child_setup,  # noqa: PLW1509
     )
     line = _control(qemu).split()
     if qemu.poll() is not None:

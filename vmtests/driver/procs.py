@@ -67,6 +67,12 @@ def unregister(pid: int) -> None:
         _registry.pop(pid, None)
 
 
+def registered(pid: int) -> bool:
+    """True if ``pid`` is tracked (killed at exit unless reaped first)."""
+    with _registry_lock:
+        return pid in _registry
+
+
 def spawn(
     argv: Sequence[str], what: str, *, die_with_parent: bool = True, **popen_kwargs: Any
 ) -> subprocess.Popen[bytes]:

@@ -367,9 +367,8 @@ def _keep_if_failed(
     """``--keep``: keep ``machine`` when the run did not pass (see ``keep_run.should_keep``)."""
     failed = result is None or not result.ok
     if keep_run.should_keep(args.keep, failed):
-        for line in keep_run.keep_machine(
-            machine, state, keep_for=args.keep_for, target=args.target
-        ):
+        target = getattr(args, "target", REFERENCE_TARGET)  # selftest's guests have none
+        for line in keep_run.keep_machine(machine, state, keep_for=args.keep_for, target=target):
             print(line)
 
 
@@ -464,15 +463,16 @@ def command_selftest(args: argparse.Namespace) -> int:
     print("Reference guest built from instrumentation contract fields: " + ", ".join(guest))
     switches = [ReferenceSwitch(profile) for profile in profiles]
     controls = ControlsRun()
-    with tempfile.TemporaryDirectory(prefix="vmtests-selftest-") as state:
+    with keep_run.run_state("vmtests-selftest-") as top:
+        state = top.path
         jobs: list[Callable[[], ScenarioResult | None]] = [
-            partial(_selftest_scenario, switch, Path(state), args) for switch in switches
+            partial(_selftest_scenario, switch, top, args) for switch in switches
         ]
         # The controls start from the first profile's target.
         more = (
             []
             if args.skip_controls
-            else controls_jobs(Path(state), switches[0], controls, lanes=args.lanes)
+            else controls_jobs(state, switches[0], controls, lanes=args.lanes)
         )
         results: list[ScenarioResult | None] = []
         try:
@@ -512,16 +512,25 @@ def command_selftest(args: argparse.Namespace) -> int:
 
 
 def _selftest_scenario(
-    switch: ReferenceSwitch, state: Path, args: argparse.Namespace
+    switch: ReferenceSwitch, top: keep_run.RunState, args: argparse.Namespace
 ) -> ScenarioResult:
     """One profile's scenario, from the base deployment (restored from a snapshot when one was
-    saved, ``vmtests.guest.snapshot_cache``; S0, the switch and the reboot are real)."""
+    saved, ``vmtests.guest.snapshot_cache``; S0, the switch and the reboot are real). With
+    ``--keep``, a failed scenario's guest is kept (in its own directory under ``top``, which
+    then stays); the controls' guests never are."""
     name = switch.profile.name
-    with prepared_reference_guest(state / name, base_deployed(switch), f"scenario-{name}") as ready:
+    own = keep_run.RunState(top.path / name)
+    with prepared_reference_guest(own.path, base_deployed(switch), f"scenario-{name}") as ready:
         print(f"{name}: {switch.description}; guest {ready.how}")
-        result = run_scenario_on(
-            ready.machine, switch.profile, switch, args.report_dir / name, target=REFERENCE_TARGET
-        )
+        result: ScenarioResult | None = None
+        try:
+            result = run_scenario_on(
+                ready.machine, switch.profile, switch, args.report_dir / name,
+                target=REFERENCE_TARGET,
+            )  # fmt: skip
+        finally:
+            _keep_if_failed(args, ready.machine, own, result)
+            top.kept = top.kept or own.kept
     print(f"{name}: scenario {'passed' if result.ok else 'FAILED'}")
     return result
 

@@ -14,6 +14,7 @@ from vmtests import cli
 from vmtests.contracts import deadline
 from vmtests.contracts.status import ExitStatus
 from vmtests.driver import keep, keep_run, procs
+from vmtests.driver.errors import DriverError
 
 
 def _state(tmp_path: Path, **changes: object) -> keep.KeptState:
@@ -53,7 +54,7 @@ def test_the_state_file_round_trips_and_is_private(tmp_path: Path) -> None:
     assert keep.read_state(tmp_path) == state  # the directory names its state file
     assert keep.read_state(path) == state
     (tmp_path / keep.STATE_FILE).write_text("{}")
-    with pytest.raises(keep.DriverError, match="not the state of a kept guest"):
+    with pytest.raises(DriverError, match="not the state of a kept guest"):
         keep.read_state(tmp_path)
 
 

@@ -39,6 +39,8 @@ DEFAULT_KEEP_FOR = 3600.0
 """Seconds a kept guest runs before its keeper powers it off (``--keep-for``)."""
 POWERDOWN_GRACE = 60.0
 """Seconds the guest gets to power off after QMP ``system_powerdown`` before ``quit``."""
+POWEROFF_REQUEST_TIMEOUT = 30.0
+"""Seconds the ssh ``systemctl poweroff`` request may take (``stop_kept``)."""
 QUIT_GRACE = 10.0
 """Seconds QEMU gets to exit after QMP ``quit`` before it is killed."""
 KEEP_LINE = "keep"
@@ -225,6 +227,18 @@ def _qmp(socket_path: str, command: str) -> str:
                 qmp.close()
 
 
+def _ssh_poweroff(state: KeptState) -> str:
+    """Ask the guest over ssh to power off; "" when it took the request, else why not."""
+    argv = attach_argv(state, ["systemctl --no-block poweroff"])
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=POWEROFF_REQUEST_TIMEOUT, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return f"no answer within {POWEROFF_REQUEST_TIMEOUT:.0f}s"
+    return "" if done.returncode == 0 else f"exit {done.returncode}: {done.stderr.strip()[-200:]}"
+
+
 def _wait_gone(pid: int, started: str, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while alive(pid, started):
@@ -237,12 +251,18 @@ def _wait_gone(pid: int, started: str, timeout: float) -> bool:
 def stop_kept(state: KeptState, *, from_keeper: bool = False) -> list[str]:
     """End a kept guest gracefully and remove what it left; returns what happened, in order.
 
-    QMP ``system_powerdown`` (the guest shuts down cleanly) for ``POWERDOWN_GRACE`` seconds,
-    then ``quit``, then SIGKILL of the keeper's process group (QEMU is in it). The keeper
-    itself calls this at its time limit (``from_keeper``): it does not signal itself.
+    ``systemctl poweroff`` over ssh and QMP ``system_powerdown`` (the guest shuts down
+    cleanly; a guest without an ACPI power button handler ignores the latter), for
+    ``POWERDOWN_GRACE`` seconds, then ``quit``, then SIGKILL of the keeper's process group
+    (QEMU is in it). The keeper itself calls this at its time limit (``from_keeper``): it does
+    not signal itself.
     """
     said: list[str] = []
     if alive(state.qemu_pid, state.qemu_start):
+        why = _ssh_poweroff(state)
+        said.append(
+            "asked the guest to power off (ssh systemctl poweroff)" + (f": {why}" if why else "")
+        )
         why = _qmp(state.qmp_socket, "system_powerdown")
         said.append(
             "asked the guest to power off (QMP system_powerdown)" + (f": {why}" if why else "")

@@ -1,5 +1,5 @@
-"""The ``vmtests`` command: ``check``, ``run``, ``selftest``, ``certify``, ``bench`` and
-``cache-key``.
+"""The ``vmtests`` command: ``check``, ``run``, ``selftest``, ``certify``, ``bench``,
+``cache-key``, ``attach`` and ``stop``.
 
 ``vmtests check --profile P --target T`` checks a live machine against a profile, read-only (one
 snapshot; no switch, no reboot, no restart), optionally writing a Prometheus textfile;
@@ -10,13 +10,16 @@ fresh reference guests for the shipped production profiles, then the negative co
 ``vmtests certify`` is the hardware certification run (``vmtests.certify.command``);
 ``vmtests bench`` hands over to ``vmtests.bench``; ``vmtests cache-key`` prints the digests and
 directories of the image cache (``vmtests.guest.cache_key``) without building, for CI caches.
+With ``--keep``, a failed run leaves its QEMU guest running for ``vmtests attach STATE`` and
+``vmtests stop STATE`` (``vmtests.driver.keep``); ``--deadline`` bounds the whole run
+(``vmtests.contracts.deadline``).
 
 Exit status (``ExitStatus``): 0 when every check passed, 1 when a check failed or a control went
 undetected, 2 for bad arguments, a missing profile or a run the preflight refused, 3 when the
-run itself broke (a driver error), 130 on Ctrl-C. Reports are written in every case, including
-failures, refusals and interruptions. Per-host settings (timeouts, ssh options, the API key file,
-the container) come from the environment, ``--host-config`` and the target's query options
-(``vmtests.guest.host_settings``).
+run itself broke (a driver error) or its deadline passed, 130 on Ctrl-C. Reports are written
+in every case, including failures, refusals and interruptions. Per-host settings (timeouts, ssh
+options, the API key file, the container) come from the environment, ``--host-config`` and the
+target's query options (``vmtests.guest.host_settings``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The ``vmtests`` command: ``check``, ``run``, ``selftest``, ``certify``, ``bench`` and
-``cache-key``.
+"""The ``vmtests`` command: ``check``, ``run``, ``selftest``, ``certify``, ``bench``,
+``cache-key``, ``attach`` and ``stop``.
 
 ``vmtests check --profile P --target T`` checks a live machine against a profile, read-only (one
 snapshot; no switch, no reboot, no restart), optionally writing a Prometheus textfile;
@@ -10,13 +10,16 @@ fresh reference guests for the shipped production profiles, then the negative co
 ``vmtests certify`` is the hardware certification run (``vmtests.certify.command``);
 ``vmtests bench`` hands over to ``vmtests.bench``; ``vmtests cache-key`` prints the digests and
 directories of the image cache (``vmtests.guest.cache_key``) without building, for CI caches.
+With ``--keep``, a failed run leaves its QEMU guest running for ``vmtests attach STATE`` and
+``vmtests stop STATE`` (``vmtests.driver.keep``); ``--deadline`` bounds the whole run
+(``vmtests.contracts.deadline``).
 
 Exit status (``ExitStatus``): 0 when every check passed, 1 when a check failed or a control went
 undetected, 2 for bad arguments, a missing profile or a run the preflight refused, 3 when the
-run itself broke (a driver error), 130 on Ctrl-C. Reports are written in every case, including
-failures, refusals and interruptions. Per-host settings (timeouts, ssh options, the API key file,
-the container) come from the environment, ``--host-config`` and the target's query options
-(``vmtests.guest.host_settings``).
+run itself broke (a driver error) or its deadline passed, 130 on Ctrl-C. Reports are written
+in every case, including failures, refusals and interruptions. Per-host settings (timeouts, ssh
+options, the API key file, the container) come from the environment, ``--host-config`` and the
+target's query options (``vmtests.guest.host_settings``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -34,9 +38,11 @@ from pathlib import Path
 
 from vmtests.certify.command import add_parser as add_certify_parser
 from vmtests.certify.command import command_certify
+from vmtests.contracts import deadline
 from vmtests.contracts.serving import SERVING_CONTAINER
 from vmtests.contracts.settings import NO_CONTAINER, SettingError, Settings, settings
 from vmtests.contracts.status import ExitStatus, RunStatus, UsageError
+from vmtests.driver import keep, keep_run
 from vmtests.driver.errors import DriverError
 from vmtests.driver.lanes import run_in_lanes
 from vmtests.driver.log import log
@@ -80,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PROFILE",
         help=f"{REFERENCE_TARGET} only: deploy this profile first (default: {BASE_PROFILE})",
     )
+    keep_run.add_arguments(check)
     check.add_argument(
         "--prometheus",
         type=Path,
@@ -124,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--hw-opt-in", action="store_true", help="required for ssh:// targets (reboots the host)"
     )
+    keep_run.add_arguments(run)
     selftest = commands.add_parser(
         "selftest", help="scenario + negative controls on fresh reference guests"
     )
@@ -134,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated profiles to run the scenario for",
     )
     selftest.add_argument("--skip-controls", action="store_true", help="scenario only")
+    keep_run.add_arguments(selftest)
     selftest.add_argument(
         "--lanes",
         type=int,
@@ -146,6 +155,15 @@ def build_parser() -> argparse.ArgumentParser:
         "cache-key",
         help="print the digests and directories of the image cache (CI cache keys); builds nothing",
     )
+    attach = commands.add_parser(
+        "attach", help="a root shell on a guest kept by --keep, or one command: -- CMD"
+    )
+    attach.add_argument("state", type=Path, metavar="STATE", help="the state the run printed")
+    attach.add_argument(
+        "remote", nargs=argparse.REMAINDER, metavar="-- CMD", help="run CMD; its exit status"
+    )
+    stop = commands.add_parser("stop", help="power off a guest kept by --keep; remove its files")
+    stop.add_argument("state", type=Path, metavar="STATE", help="the state the run printed")
     cache_key.add_argument(
         "--ssh-key-stdin",
         action="store_true",
@@ -325,17 +343,36 @@ def command_run(args: argparse.Namespace) -> int:
         return command_plan(
             args, profile, target=target, found=found, switcher=switcher, on_failure=on_failure
         )
+    result: ScenarioResult | None = None
     with (
-        tempfile.TemporaryDirectory(prefix="vmtests-run-") as state,
-        _machine(target, Path(state), found) as machine,
+        keep_run.run_state("vmtests-run-") as state,
+        _machine(target, state.path, found) as machine,
     ):
-        if args.reference_switch:
-            _require_reference_guest(machine)
-        result = run_scenario_on(
-            machine, profile, switcher, args.report_dir, target=args.target, found=found,
-            preflight=True, on_failure=on_failure, rollback_command=args.rollback_command,
-        )  # fmt: skip
+        try:
+            if args.reference_switch:
+                _require_reference_guest(machine)
+            result = run_scenario_on(
+                machine, profile, switcher, args.report_dir, target=args.target, found=found,
+                preflight=True, on_failure=on_failure, rollback_command=args.rollback_command,
+            )  # fmt: skip
+        finally:
+            _keep_if_failed(args, machine, state, result)
+    assert result is not None  # run_scenario_on returned (it raises otherwise)
     return exit_status(result)
+
+
+def _keep_if_failed(
+    args: argparse.Namespace,
+    machine: Machine,
+    state: keep_run.RunState,
+    result: ScenarioResult | None,
+) -> None:
+    """``--keep``: keep ``machine`` when the run did not pass (see ``keep_run.should_keep``)."""
+    failed = result is None or not result.ok
+    if keep_run.should_keep(args.keep, failed):
+        target = getattr(args, "target", REFERENCE_TARGET)  # selftest's guests have none
+        for line in keep_run.keep_machine(machine, state, keep_for=args.keep_for, target=target):
+            print(line)
 
 
 def _require_reference_guest(machine: Machine) -> None:
@@ -396,8 +433,8 @@ def command_check(args: argparse.Namespace) -> int:
     elif args.deploy:
         raise UsageError(f"--deploy applies to {REFERENCE_TARGET} only: a check changes nothing")
     with (
-        tempfile.TemporaryDirectory(prefix="vmtests-check-") as state,
-        _checked_machine(target, Path(state), found, deploy) as (machine, started),
+        keep_run.run_state("vmtests-check-") as state,
+        _checked_machine(target, state.path, found, deploy) as (machine, started),
     ):
         scenario = Scenario(
             machine, profile, deploy, target=args.target, settings=found, start_machine=not started
@@ -410,6 +447,7 @@ def command_check(args: argparse.Namespace) -> int:
             if args.prometheus is not None:
                 paths["prometheus"] = write_prometheus(result, args.prometheus)
             log.info(f"reports: {', '.join(str(path) for path in paths.values())}")
+            _keep_if_failed(args, machine, state, result)
     verdict = "CONFORMS" if result.ok else "DOES NOT CONFORM"
     print(f"\n{verdict}: {args.target} against profile {profile.name}: {len(result.checks)} "
           f"checks, {len(result.failures)} failed; report in {args.report_dir}")  # fmt: skip
@@ -428,15 +466,16 @@ def command_selftest(args: argparse.Namespace) -> int:
     print("Reference guest built from instrumentation contract fields: " + ", ".join(guest))
     switches = [ReferenceSwitch(profile) for profile in profiles]
     controls = ControlsRun()
-    with tempfile.TemporaryDirectory(prefix="vmtests-selftest-") as state:
+    with keep_run.run_state("vmtests-selftest-") as top:
+        state = top.path
         jobs: list[Callable[[], ScenarioResult | None]] = [
-            partial(_selftest_scenario, switch, Path(state), args) for switch in switches
+            partial(_selftest_scenario, switch, top, args) for switch in switches
         ]
         # The controls start from the first profile's target.
         more = (
             []
             if args.skip_controls
-            else controls_jobs(Path(state), switches[0], controls, lanes=args.lanes)
+            else controls_jobs(state, switches[0], controls, lanes=args.lanes)
         )
         results: list[ScenarioResult | None] = []
         try:
@@ -476,16 +515,25 @@ def command_selftest(args: argparse.Namespace) -> int:
 
 
 def _selftest_scenario(
-    switch: ReferenceSwitch, state: Path, args: argparse.Namespace
+    switch: ReferenceSwitch, top: keep_run.RunState, args: argparse.Namespace
 ) -> ScenarioResult:
     """One profile's scenario, from the base deployment (restored from a snapshot when one was
-    saved, ``vmtests.guest.snapshot_cache``; S0, the switch and the reboot are real)."""
+    saved, ``vmtests.guest.snapshot_cache``; S0, the switch and the reboot are real). With
+    ``--keep``, a failed scenario's guest is kept (in its own directory under ``top``, which
+    then stays); the controls' guests never are."""
     name = switch.profile.name
-    with prepared_reference_guest(state / name, base_deployed(switch), f"scenario-{name}") as ready:
+    own = keep_run.RunState(top.path / name)
+    with prepared_reference_guest(own.path, base_deployed(switch), f"scenario-{name}") as ready:
         print(f"{name}: {switch.description}; guest {ready.how}")
-        result = run_scenario_on(
-            ready.machine, switch.profile, switch, args.report_dir / name, target=REFERENCE_TARGET
-        )
+        result: ScenarioResult | None = None
+        try:
+            result = run_scenario_on(
+                ready.machine, switch.profile, switch, args.report_dir / name,
+                target=REFERENCE_TARGET,
+            )  # fmt: skip
+        finally:
+            _keep_if_failed(args, ready.machine, own, result)
+            top.kept = top.kept or own.kept
     print(f"{name}: scenario {'passed' if result.ok else 'FAILED'}")
     return result
 
@@ -507,6 +555,39 @@ def command_cache_key(args: argparse.Namespace) -> int:
     return ExitStatus.OK
 
 
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "check":
+        return command_check(args)
+    if args.command == "run":
+        return command_run(args)
+    if args.command == "certify":
+        return command_certify(args)
+    if args.command == "cache-key":
+        return command_cache_key(args)
+    if args.command == "attach":
+        return command_attach(args)
+    if args.command == "stop":
+        return command_stop(args)
+    return command_selftest(args)
+
+
+def command_attach(args: argparse.Namespace) -> int:
+    """``vmtests attach STATE [-- CMD]``: ssh to a kept guest; CMD's exit status."""
+    state = keep.read_state(args.state)
+    if not keep.alive(state.qemu_pid, state.qemu_start):
+        raise UsageError(f"{state.name} (QEMU pid {state.qemu_pid}) is no longer running")
+    remote = args.remote[1:] if args.remote[:1] == ["--"] else args.remote
+    return subprocess.run(keep.attach_argv(state, remote), check=False).returncode
+
+
+def command_stop(args: argparse.Namespace) -> int:
+    """``vmtests stop STATE``: power off a kept guest and remove what it left."""
+    state = keep.read_state(args.state)
+    for line in keep.stop_kept(state):
+        print(f"vmtests stop: {state.name}: {line}")
+    return ExitStatus.OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``vmtests`` console script."""
     arguments = list(sys.argv[1:] if argv is None else argv)
@@ -517,15 +598,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(arguments)
     try:
-        if args.command == "check":
-            return command_check(args)
-        if args.command == "run":
-            return command_run(args)
-        if args.command == "certify":
-            return command_certify(args)
-        if args.command == "cache-key":
-            return command_cache_key(args)
-        return command_selftest(args)
+        with (
+            keep.keeping(getattr(args, "keep", False)),
+            deadline.run_deadline(getattr(args, "deadline", 0.0)),
+        ):
+            status = _dispatch(args)
+        passed = deadline.passed()
+        if passed is not None:  # the command handled it like an interruption, and finished
+            raise passed
+        return status
+    except deadline.DeadlineExceeded as passed:
+        print(f"vmtests {args.command}: {passed}; reports written so far are kept",
+              file=sys.stderr)  # fmt: skip
+        return ExitStatus.INCOMPLETE
     except (UsageError, TargetError) as error:
         print(f"vmtests {args.command}: error: {error}", file=sys.stderr)
         return ExitStatus.USAGE

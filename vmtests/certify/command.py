@@ -11,18 +11,18 @@ refused, host unreachable, no golden values, interrupted); the certificate says 
 from __future__ import annotations
 
 import argparse
-import tempfile
 from pathlib import Path
 
 from vmtests.certify.arms import reference_switch
 from vmtests.certify.context import MIN_REQUESTS, Options
-from vmtests.certify.model import CERTIFY, PROBE, RECORD
+from vmtests.certify.model import CERTIFY, PROBE, RECORD, CertificationResult
 from vmtests.certify.plan import ALL_GATES, build_plan, render_plan
 from vmtests.certify.run import certify
 from vmtests.contracts.instrumentation import GUEST_MEMORY_MB
 from vmtests.contracts.serving import MIN_MEM_AVAILABLE_GIB, SERVING_CONTAINER, SERVING_PORT
 from vmtests.contracts.settings import NO_CONTAINER, SettingError, Settings
 from vmtests.contracts.status import ExitStatus, UsageError
+from vmtests.driver import keep_run
 from vmtests.driver.errors import DriverError
 from vmtests.guest import REFERENCE_TARGET, SSH_TARGET_PREFIX, TARGET_FORMS
 from vmtests.guest.host_settings import machine_options, resolve
@@ -87,6 +87,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=Path,
         help="ssh targets: the known_hosts file that pins the host's key (checked strictly)",
     )
+    keep_run.add_arguments(parser)
 
 
 def _profile(name: str) -> Profile:
@@ -196,8 +197,9 @@ def _run(
     found: Settings,
     machine_options: dict[str, object],
 ) -> int:
-    with tempfile.TemporaryDirectory(prefix="vmtests-certify-") as state:
-        machine = machine_from_target(target, Path(state), **machine_options)
+    result: CertificationResult | None = None
+    with keep_run.run_state("vmtests-certify-") as state:
+        machine = machine_from_target(target, state.path, **machine_options)
         try:
             machine.start()
             switcher.prepare_base(machine)
@@ -210,6 +212,12 @@ def _run(
             print(f"vmtests certify: the run could not start: {redact_text(str(error))}")
             return ExitStatus.INCOMPLETE
         finally:
+            failed = result is None or result.exit_status != ExitStatus.OK
+            if keep_run.should_keep(args.keep, failed):
+                for line in keep_run.keep_machine(
+                    machine, state, keep_for=args.keep_for, target=args.target
+                ):
+                    print(line)
             machine.close()
     print(f"\n{result.verdict}")
     for gate in result.gates:

@@ -33,6 +33,7 @@ from vmtests.certify.model import (
 )
 from vmtests.certify.plan import ALL_GATES
 from vmtests.certify.report import write_certificate
+from vmtests.contracts import deadline
 from vmtests.contracts import settings as environment
 from vmtests.contracts.settings import Settings
 from vmtests.contracts.status import RunStatus
@@ -86,6 +87,7 @@ def _gate_functions(ctx: Context) -> dict[str, Callable[[], GateResult]]:
 def _timed(ctx: Context, name: str, run: Callable[[], GateResult]) -> GateResult:
     """Run one gate, log it, and write the certificate so far (kept if the runner dies)."""
     start = time.monotonic()
+    deadline.entered(f"gate {name}")
     with log.nested(f"gate {name}"):
         gate = run()
         gate.seconds = time.monotonic() - start
@@ -152,9 +154,11 @@ def certify(
             _run(ctx, store)
             if result.status != RunStatus.REFUSED:
                 result.status = RunStatus.FINISHED
-    except KeyboardInterrupt:
-        result.status, result.error = RunStatus.INTERRUPTED, "interrupted (Ctrl-C)"
-        _restore(ctx, result, "the interruption")
+    except KeyboardInterrupt as interrupt:  # Ctrl-C, or the run's deadline (a KeyboardInterrupt)
+        passed = isinstance(interrupt, deadline.DeadlineExceeded)
+        result.status = RunStatus.INTERRUPTED
+        result.error = str(interrupt) if passed else "interrupted (Ctrl-C)"
+        _restore(ctx, result, "the deadline" if passed else "the interruption")
     except (DriverError, OSError, RuntimeError, ValueError) as error:
         result.status, result.error = RunStatus.ERROR, f"{type(error).__name__}: {error}"
         _restore(ctx, result, "the error")

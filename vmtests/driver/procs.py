@@ -67,9 +67,19 @@ def unregister(pid: int) -> None:
         _registry.pop(pid, None)
 
 
-def spawn(argv: Sequence[str], what: str, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
+def registered(pid: int) -> bool:
+    """True if ``pid`` is tracked (killed at exit unless reaped first)."""
+    with _registry_lock:
+        return pid in _registry
+
+
+def spawn(
+    argv: Sequence[str], what: str, *, die_with_parent: bool = True, **popen_kwargs: Any
+) -> subprocess.Popen[bytes]:
     """Start ``argv`` in its own session with PR_SET_PDEATHSIG, registered for cleanup.
 
+    ``die_with_parent=False`` leaves out PR_SET_PDEATHSIG, for a child that ends by other
+    means when the session dies (``vmtests.driver.keep``'s keeper: its control pipe closes).
     Raises ``ChildrenRefused`` after ``stop_children``. The child is started and registered
     under the registry's lock, so ``stop_children`` either kills it or refuses it.
     """
@@ -79,7 +89,8 @@ def spawn(argv: Sequence[str], what: str, **popen_kwargs: Any) -> subprocess.Pop
             raise ChildrenRefused(f"not starting {what}: the run is being stopped")
         proc = subprocess.Popen(
             list(argv),
-            preexec_fn=child_setup,  # noqa: PLW1509  (only async-signal-safe work happens in it)
+            # Only async-signal-safe work happens in child_setup.
+            preexec_fn=child_setup if die_with_parent else None,  # noqa: PLW1509
             start_new_session=True,
             **popen_kwargs,
         )

@@ -8,6 +8,7 @@ session (``vmtests.driver.procs``). See ``qemu_launch`` for the command lines an
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -23,6 +24,7 @@ from vmtests.contracts.instrumentation import (
 )
 from vmtests.contracts.settings import ACCELERATORS, REBOOT_MODES, Settings, settings
 from vmtests.driver import accel as accel_choice
+from vmtests.driver import keep as keep_
 from vmtests.driver import procs, qemu_launch, qemu_snapshot
 from vmtests.driver.console import SerialConsole
 from vmtests.driver.errors import CommandFailed, DriverError, MachineGone, WaitTimeout
@@ -34,6 +36,7 @@ from vmtests.driver.machine import (
 )
 from vmtests.driver.qemu_process import QemuProcess
 from vmtests.driver.shell import REBOOT_COMMAND, ShellChannel
+from vmtests.driver.ssh import write_known_hosts
 from vmtests.driver.tools import require_tools
 
 # qemu.qmp logs every refused connection attempt at ERROR; our errors carry the evidence.
@@ -467,6 +470,53 @@ class QemuMachine(Machine):
             self._wait_until_answering(time.monotonic() + timeout)
             assert self._boot_id is not None
             return self._boot_id
+
+    def keep(
+        self, state_file: Path, keep_for: float, *, target: str, remove: Sequence[Path] = ()
+    ) -> keep_.KeptState:
+        """Leave the guest running for ``keep_for`` seconds under its keeper and write its
+        state to ``state_file`` (``vmtests.driver.keep``); ``close`` then leaves it alone.
+
+        Only a guest started while ``keep.requested()`` can be kept (QEMU's parent-death
+        signal ties every other one to the session). ``remove`` are paths the stop removes
+        besides QEMU's runtime dir.
+        """
+        with self._lifecycle:
+            proc = self._qemu.proc
+            if proc is None or not keep_.is_kept_process(proc):
+                raise DriverError(
+                    f"{self.name}: QEMU was not started under a keeper (keep.keeping()); "
+                    "it ends with the session"
+                )
+            known_hosts = None
+            if self._ready:
+                with contextlib.suppress(DriverError):
+                    keys = self.succeed("cat /etc/ssh/ssh_host_*_key.pub").splitlines()
+                    known_hosts = write_known_hosts(
+                        self.state_dir / "known_hosts", "127.0.0.1", self.ssh_port, keys
+                    )
+            qemu_pid = keep_.qemu_child(proc.pid)
+            self._stopping, self._ready = True, False
+            keeper, runtime = self._qemu.hand_over()
+            state = keep_.KeptState(
+                name=self.name,
+                target=target,
+                keeper_pid=keeper.pid,
+                keeper_start=keep_.start_time(keeper.pid),
+                qemu_pid=qemu_pid,
+                qemu_start=keep_.start_time(qemu_pid),
+                qmp_socket=str(runtime / "q"),
+                forwards={str(guest): host for guest, host in self._forwards.items()},
+                ssh_port=self._forwards.get(SSH_PORT, 0),
+                ssh_key=str(self.ssh_key) if self.ssh_key else None,
+                known_hosts=str(known_hosts) if known_hosts else None,
+                keep_for=keep_for,
+                until=time.time() + keep_for,
+                remove=[str(runtime), *(str(path) for path in remove)],
+            )
+            keep_.write_state(state_file, state)
+            keep_.hand_over(keeper, keep_for, state_file)
+            return state
 
     def _close(self) -> None:
         """Release everything: kill QEMU if still running, close sockets, remove the run dir."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
-from vmtests.driver import procs
+from vmtests.driver import keep, procs
 from vmtests.driver.errors import DriverError, MachineGone, WaitTimeout
 from vmtests.driver.qemu_launch import LaunchSpec, Sockets
 
@@ -81,8 +81,14 @@ def listen_for_qemu() -> tuple[Path, Sockets, dict[str, socket.socket]]:
 
 
 def spawn_qemu(spec: LaunchSpec, name: str, stderr_log: Path) -> subprocess.Popen[bytes]:
-    """Start QEMU (registered for cleanup), its stdout and stderr appended to ``stderr_log``."""
+    """Start QEMU (registered for cleanup), its stdout and stderr appended to ``stderr_log``;
+    under a keeper while a run may keep its guest (``vmtests.driver.keep``)."""
     with stderr_log.open("ab") as stderr:
+        if keep.requested():
+            return keep.spawn_kept(
+                spec.argv, f"keeper of qemu {name}", stdout=stderr, stderr=stderr,
+                env={**os.environ, **spec.env},
+            )  # fmt: skip
         return procs.spawn(
             spec.argv,
             f"qemu {name}",

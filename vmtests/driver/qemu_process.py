@@ -100,6 +100,25 @@ class QemuProcess:
             shutil.rmtree(self._runtime_dir, ignore_errors=True)
             self._runtime_dir = None
 
+    def hand_over(self) -> tuple[subprocess.Popen[bytes], Path]:
+        """Give up QEMU, which runs on under its keeper (``vmtests.driver.keep``): close QMP
+        and the backdoor, and move the runtime dir (QMP's socket) out of the way of the
+        orphan sweep (``remove_orphaned_runtime_dirs``). Returns the keeper and that dir."""
+        proc, runtime = self.proc, self._runtime_dir
+        if proc is None or runtime is None or proc.poll() is not None:
+            raise MachineGone(f"{self._machine.name}: QEMU is not running; nothing to keep")
+        if self.qmp is not None:
+            close_qmp(self.qmp)
+            self.qmp = None
+        if self.transport is not None:
+            self.transport.close()
+            self.transport = None
+        self.channel = None
+        kept = runtime.with_name(f"vmtkept-{proc.pid}")
+        runtime.rename(kept)  # QEMU's listening socket stays bound: its new path reaches it
+        self.proc, self._runtime_dir = None, None
+        return proc, kept
+
     def stop(self) -> None:
         """Kill the QEMU process group (idempotent)."""
         if self.proc is not None:

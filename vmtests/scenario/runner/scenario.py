@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from dataclasses import KW_ONLY, dataclass, field, replace
 from enum import StrEnum
 
+from vmtests.contracts import deadline
 from vmtests.contracts.findings import Check, Reason
 from vmtests.contracts.serving import SERVING_UNIT
 from vmtests.contracts.settings import Settings, settings
@@ -182,11 +183,13 @@ class Scenario:
     @contextmanager
     def step(self, name: str) -> Iterator[None]:
         """A timed step: logged nested and added to ``result.steps`` (even if it fails)."""
-        start = time.monotonic()
+        start, outer = time.monotonic(), deadline.current_step()
+        deadline.entered(name)
         try:
             with log.nested(name):
                 yield
         finally:
+            deadline.entered(outer)
             self.result.steps[name] = self.result.steps.get(name, 0.0) + (time.monotonic() - start)
 
     def snapshot(self, label: str) -> Snapshot:
@@ -260,9 +263,13 @@ class Scenario:
         except PreflightRefused as refused:
             self.result.status, self.result.error = RunStatus.REFUSED, str(refused)
             raise
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as interrupt:
             self.result.status = RunStatus.INTERRUPTED
-            self.result.error = "interrupted (Ctrl-C)"
+            self.result.error = (
+                str(interrupt)
+                if isinstance(interrupt, deadline.DeadlineExceeded)
+                else "interrupted (Ctrl-C)"
+            )
             self.collect_evidence("interrupted")
             self._recover()
             raise

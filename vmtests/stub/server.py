@@ -7,8 +7,9 @@ OpenAI endpoints on ``--host``/``--port`` (behind an API key when ``--api-key`` 
 ``$VLLM_API_KEY`` gives one, as vLLM does) until SIGTERM or SIGINT, when it drains the requests in
 flight (at most ``VMTESTS_STUB_DRAIN_TIMEOUT`` s), logs the shutdown lines and exits 0.
 
-Exit status: 0 after a clean shutdown, 1 when startup is refused or fails, 2 for invalid
-arguments or knobs. Standard library only.
+Exit status: 0 after a clean shutdown, 1 when startup is refused or fails or the engine dies
+while serving (``VMTESTS_STUB_CRASH_AFTER``), 2 for invalid arguments or knobs. Standard library
+only.
 """
 
 from __future__ import annotations

@@ -229,6 +229,7 @@ def markdown_summary(result: ScenarioResult, controls: Sequence[ControlOutcome] 
         for key in keys:
             cells = [reported.get(stage, {}).get(key, "-") for stage in STAGES]
             lines.append(f"| `{key}` | " + " | ".join(cells) + " |")
+    lines += restart_table(result)
     lines += ["", "## Failed checks", ""]
     lines += [f"- {redact_text(str(check))}" for check in result.failures] or ["- none"]
     if result.error:
@@ -256,6 +257,34 @@ def markdown_summary(result: ScenarioResult, controls: Sequence[ControlOutcome] 
     if controls:
         lines += ["", *detection_table(controls)]
     return "\n".join(lines) + "\n"
+
+
+def restart_table(result: ScenarioResult) -> list[str]:
+    """The restart evidence per stage (``vmtests.scenario.judgement.restarts``): the unit's
+    ``NRestarts`` and the container's restart count and start; none without snapshots."""
+    if not result.snapshots:
+        return []
+    units, containers = [], []
+    for stage in STAGES:
+        snapshot = result.snapshots.get(stage)
+        count = snapshot.unit.n_restarts if snapshot is not None else None
+        units.append("-" if snapshot is None else "?" if count is None else str(count))
+        container = snapshot.container if snapshot is not None else None
+        containers.append(
+            "-" if container is None else f"{container.restart_count} ({container.started_at})"
+        )
+    return [
+        "",
+        "## Restarts on their own",
+        "",
+        "Since the switch or the boot started the unit: systemd's `NRestarts`, and the "
+        "container engine's restart count (the container's start).",
+        "",
+        "| restarts | S0 | S1 | S2 |",
+        "| --- | --- | --- | --- |",
+        "| unit (`NRestarts`) | " + " | ".join(units) + " |",
+        "| container | " + " | ".join(containers) + " |",
+    ]
 
 
 def system_line(result: ScenarioResult) -> str:

@@ -5,7 +5,9 @@ tests prove the same controls on a guest (test_controls_vm.py).
 
 ``data/snapshot-cfx-llm2-target.json`` is the S2 snapshot of cfx-llm2's scenario on the
 reference guest (the NixOS evaluation's units, the stub in its container), as report.json holds
-it, with the previous boot's journal cut to its last start.
+it, with the previous boot's journal cut to its last start. The restart evidence recorded since
+(the unit's ``NRestarts``, ``ExecMainCode`` and ``ExecMainStatus``, the container's restart count
+and exit code) was added as a steady guest shows it: no restart, exit status 0.
 """
 
 from __future__ import annotations

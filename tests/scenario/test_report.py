@@ -177,3 +177,13 @@ def test_the_summary_says_which_system_and_accelerator_ran(tmp_path: Path) -> No
         "System after the switch: unknown (no snapshot after the switch), **not** the pre-built "
         f"target {prebuilt}\n"
     ) in markdown_summary(result)
+
+
+def test_the_summary_shows_the_restarts_of_each_stage(tmp_path: Path) -> None:
+    result = _result(broken=False)
+    result.snapshots["S2"].unit.properties["NRestarts"] = "2"
+    del result.snapshots["S1"].unit.properties["NRestarts"]
+    text = markdown_summary(result)
+    assert "## Restarts on their own" in text
+    assert "| unit (`NRestarts`) | - | ? | 2 |" in text
+    assert "| container | - | - | - |" in text

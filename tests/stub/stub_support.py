@@ -35,7 +35,7 @@ StartServer = Callable[..., LocalStubServer]
 STUB_KNOBS = (
     knobs.DEVICES, knobs.DRIVER_FILE, knobs.TIME_SCALE, knobs.STEP_FACTORS, knobs.DRAIN_TIMEOUT,
     knobs.FAIL_RATE, knobs.FAULT_SEED, knobs.DEGENERATE, knobs.OUTPUT_SALT, knobs.CRASH_AT_START,
-    knobs.START_DELAY, knobs.HANG, knobs.MODEL_CAPABILITIES, knobs.LOG_FLOOD,
+    knobs.CRASH_AFTER, knobs.START_DELAY, knobs.HANG, knobs.MODEL_CAPABILITIES, knobs.LOG_FLOOD,
 )  # fmt: skip
 
 

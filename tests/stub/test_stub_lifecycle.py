@@ -102,3 +102,14 @@ def test_hang_per_request_keeps_health_up_and_is_aborted_at_shutdown(
     assert requests.get(server.url + "/health", timeout=HTTP_TIMEOUT).status_code == 200
     assert server.terminate(timeout=30) == 0
     assert "Aborted 1 request(s) still running after 1.0s" in server.output()
+
+
+def test_crash_after_answers_first_then_dies_like_the_engine(start_server: StartServer) -> None:
+    """An engine that dies while serving: the server answers, then logs vLLM's fatal engine
+    error and the API server's end, and exits 1 (what the unit's ``Restart=on-failure`` and
+    the restart check need)."""
+    server = start_server(BASELINE_ARGS, {knobs.CRASH_AFTER: "2"})
+    assert requests.get(server.url + "/health", timeout=HTTP_TIMEOUT).status_code == 200
+    assert server.wait_exit(30) == 1
+    server.wait_for_line("EngineCore encountered a fatal error.", timeout=5)
+    server.wait_for_line("AsyncLLMEngine has failed, terminating server process", timeout=5)

@@ -21,6 +21,7 @@ class Check(StrEnum):
     SERVICE_HEALTH = "service.health"
     SERVICE_MODELS = "service.models"
     SERVICE_READY = "service.ready"
+    SERVICE_RESTARTS = "service.restarts"
     PROFILE_ARGS = "profile.args"
     PROFILE_ENV = "profile.env"
     PROFILE_BANNER = "profile.banner"
@@ -70,6 +71,8 @@ class Reason(StrEnum):
     NOT_A_MODEL_LIST = "not-a-model-list"
     NO_MODEL = "no-model"
     NOT_READY = "not-ready"
+    UNIT_RESTARTED = "unit-restarted"  # systemd restarted the unit on its own (Restart=)
+    CONTAINER_RESTARTED = "container-restarted"  # the container engine restarted the container
     # the profile's expectations (vmtests.profiles.expectations.Mismatch.kind)
     ARG_MISSING = "arg-missing"
     ARG_VALUE = "arg-value"

@@ -25,6 +25,7 @@ class Faults:
     degenerate: bool = False
     output_salt: str = ""
     crash_at_start: bool = False
+    crash_after: float = 0.0
     start_delay: float = 0.0
     hang: str = ""
     log_flood: int = 0
@@ -49,6 +50,7 @@ class Faults:
             "degenerate": self.degenerate,
             "output_salt": self.output_salt,
             "crash_at_start": self.crash_at_start,
+            "crash_after": self.crash_after,
             "start_delay": self.start_delay,
             "hang": self.hang,
             "log_flood": self.log_flood,
@@ -74,6 +76,7 @@ def from_environment(env: knobs.Environ) -> Faults:
         degenerate=knobs.env_flag(env, knobs.DEGENERATE),
         output_salt=env.get(knobs.OUTPUT_SALT, ""),
         crash_at_start=knobs.env_flag(env, knobs.CRASH_AT_START),
+        crash_after=knobs.env_float(env, knobs.CRASH_AFTER, 0.0),
         start_delay=knobs.env_float(env, knobs.START_DELAY, 0.0),
         hang=hang,
         log_flood=int(knobs.env_float(env, knobs.LOG_FLOOD, 0.0)),

@@ -35,6 +35,9 @@ Faults (see ``faults.py``)
   ``VMTESTS_STUB_DEGENERATE``   ``1``: every completion is the degenerate text ``HT#3333...``.
   ``VMTESTS_STUB_OUTPUT_SALT``  non-empty: mixes into generation, so the output sha changes.
   ``VMTESTS_STUB_CRASH_AT_START`` ``1``: log a fatal engine error during startup and exit 1.
+  ``VMTESTS_STUB_CRASH_AFTER``  seconds: start and answer, then after that long log the engine
+                                core's fatal error and exit 1 (an engine that dies while
+                                serving; the unit's ``Restart=on-failure`` starts it again).
   ``VMTESTS_STUB_START_DELAY``  seconds to stall while "loading the model" before listening.
   ``VMTESTS_STUB_HANG``         ``start``: never finish startup; ``request``: accept requests but
                                 never produce a token (``/health`` stays 200).
@@ -63,6 +66,7 @@ FAULT_SEED = "VMTESTS_STUB_FAULT_SEED"
 DEGENERATE = "VMTESTS_STUB_DEGENERATE"
 OUTPUT_SALT = "VMTESTS_STUB_OUTPUT_SALT"
 CRASH_AT_START = "VMTESTS_STUB_CRASH_AT_START"
+CRASH_AFTER = "VMTESTS_STUB_CRASH_AFTER"
 START_DELAY = "VMTESTS_STUB_START_DELAY"
 HANG = "VMTESTS_STUB_HANG"
 LOG_FLOOD = "VMTESTS_STUB_LOG_FLOOD"

@@ -73,6 +73,12 @@ FINISH_REASONS = ("stop", "length", "abort", "error")
 TOOL_CHOICE_LINE = '"auto" tool choice has been enabled.'
 
 # Source locations printed in the log prefix, named after the real files that log each line.
+ENGINE_FATAL = "EngineCore encountered a fatal error."
+"""vLLM v1's engine core when it dies while serving (``vllm/v1/engine/core.py``,
+``run_engine_core``)."""
+SERVER_TERMINATING = "AsyncLLMEngine has failed, terminating server process"
+"""The API server then (``vllm/entrypoints/launcher.py``, ``terminate_if_errored``)."""
+
 SOURCES = {
     "model_option": "argparse_utils.py:260",
     "version": "utils.py:299",

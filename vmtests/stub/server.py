@@ -7,8 +7,9 @@ OpenAI endpoints on ``--host``/``--port`` (behind an API key when ``--api-key`` 
 ``$VLLM_API_KEY`` gives one, as vLLM does) until SIGTERM or SIGINT, when it drains the requests in
 flight (at most ``VMTESTS_STUB_DRAIN_TIMEOUT`` s), logs the shutdown lines and exits 0.
 
-Exit status: 0 after a clean shutdown, 1 when startup is refused or fails, 2 for invalid
-arguments or knobs. Standard library only.
+Exit status: 0 after a clean shutdown, 1 when startup is refused or fails or the engine dies
+while serving (``VMTESTS_STUB_CRASH_AFTER``), 2 for invalid arguments or knobs. Standard library
+only.
 """
 
 from __future__ import annotations
@@ -91,8 +92,11 @@ def _load(
     return engine, plan
 
 
-def _serve(server: StubHTTPServer, app: ServingApp, drain_timeout: float) -> None:
-    """Serve until SIGTERM/SIGINT, then drain and close."""
+def _serve(
+    server: StubHTTPServer, app: ServingApp, drain_timeout: float, crash_after: float = 0.0
+) -> int:
+    """Serve until SIGTERM/SIGINT, then drain and close (0); with ``crash_after``, once that
+    many seconds passed, the engine dies: its fatal error, the server's end, 1."""
     stop = threading.Event()
     received: list[str] = []
 
@@ -109,8 +113,17 @@ def _serve(server: StubHTTPServer, app: ServingApp, drain_timeout: float) -> Non
     printer.uvicorn(f"Started server process [{printer.pid}]")
     printer.uvicorn("Waiting for application startup.")
     printer.uvicorn("Application startup complete.")
+    deadline = time.monotonic() + crash_after if crash_after else None
     while not stop.wait(1.0):
-        pass
+        if deadline is not None and time.monotonic() >= deadline:
+            injected = f"(injected by {knobs.CRASH_AFTER} after {crash_after:g} s of serving)"
+            printer.error("engine", f"{release.ENGINE_FATAL} {injected}", role=ENGINE_CORE)
+            printer.error("shutdown", release.SERVER_TERMINATING)
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=5.0)
+            printer.uvicorn(f"Finished server process [{printer.pid}]")
+            return 1
     printer.info(
         "shutdown",
         f"Received {received[0]}; shutting down gracefully, draining "
@@ -128,6 +141,7 @@ def _serve(server: StubHTTPServer, app: ServingApp, drain_timeout: float) -> Non
     printer.uvicorn("Waiting for application shutdown.")
     printer.uvicorn("Application shutdown complete.")
     printer.uvicorn(f"Finished server process [{printer.pid}]")
+    return 0
 
 
 def _traceback(kind: str, message: str) -> int:
@@ -198,8 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         printer.info("routes", f"Route: {route}, Methods: GET")
     for route in POST_ROUTES:
         printer.info("routes", f"Route: {route}, Methods: POST")
-    _serve(server, app, drain_timeout)
-    return 0
+    return _serve(server, app, drain_timeout, fault_knobs.crash_after)
 
 
 if __name__ == "__main__":

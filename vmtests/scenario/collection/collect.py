@@ -45,8 +45,13 @@ JOURNAL_MAX_LINES = 20000
 UNIT_PROPERTIES = (
     "ActiveState,SubState,Result,MainPID,InvocationID,FragmentPath,DropInPaths,ExecStart,"
     "ExecStartPre,EnvironmentFiles,"
-    "NeedDaemonReload,UnitFileState,LoadState,ControlGroup,TimeoutStopUSec,KillSignal,WantedBy"
+    "NeedDaemonReload,UnitFileState,LoadState,ControlGroup,TimeoutStopUSec,KillSignal,WantedBy,"
+    "NRestarts,ExecMainCode,ExecMainStatus"
 )
+"""``NRestarts`` counts the unit's automatic (``Restart=``) restarts since it was last started
+explicitly: systemd flushes it at the first start after the unit ended without an automatic
+restart to follow (a stop, a ``systemctl restart``, a switch's restart; systemd
+``src/core/service.c``, ``flush_n_restarts``), and a boot starts at 0."""
 HUGEPAGE_UNIT_PROPERTIES = (
     "LoadState,UnitFileState,ActiveState,Result,FragmentPath,DropInPaths,WantedBy,NeedDaemonReload"
 )
@@ -469,7 +474,7 @@ def parse_meminfo(text: str) -> dict[str, str]:
 
 
 def _container(text: str, errors: list[str]) -> ContainerState | None:
-    """docker/podman inspect: the container's argv, Env, State and StopTimeout.
+    """docker/podman inspect: the container's argv, Env, State, StopTimeout and RestartCount.
 
     ``Path`` is the first word the container runs (the entrypoint's, or the command's without
     one) and ``Args`` the rest (Docker Engine API, ``ContainerInspect``), so the process's argv
@@ -494,5 +499,7 @@ def _container(text: str, errors: list[str]) -> ContainerState | None:
         running=bool(state.get("Running")),
         started_at=str(state.get("StartedAt", "")),
         stop_timeout=int(stop_timeout) if stop_timeout is not None else None,
+        restart_count=int(data.get("RestartCount") or 0),
+        exit_code=int(state.get("ExitCode") or 0),
         process=ProcessState("container", int(state.get("Pid") or 0), argv, environment),
     )

@@ -73,6 +73,13 @@ class UnitState:
         """``UnitFileState`` (enabled, disabled, masked, static, ...)."""
         return self.prop("UnitFileState")
 
+    @property
+    def n_restarts(self) -> int | None:
+        """``NRestarts``: automatic restarts since the unit was last started explicitly (None
+        when systemd did not report it)."""
+        text = self.prop("NRestarts")
+        return int(text) if text.isdigit() else None
+
 
 @dataclass
 class ProcessState:
@@ -96,8 +103,9 @@ CONTAINER_LOG = "container log"
 @dataclass
 class ContainerState:
     """``docker/podman inspect`` of the serving container: its name (without Docker's leading
-    slash), image, state, stop timeout, and the process it runs (``origin`` ``container``:
-    ``[Path, *Args]``, ``Config.Env`` and ``State.Pid``)."""
+    slash), image, state, stop timeout, how often the engine restarted it (``RestartCount``,
+    its ``--restart`` policy's restarts) and the exit code of its last run, and the process it
+    runs (``origin`` ``container``: ``[Path, *Args]``, ``Config.Env`` and ``State.Pid``)."""
 
     name: str
     image: str = ""
@@ -105,6 +113,8 @@ class ContainerState:
     running: bool = False
     started_at: str = ""
     stop_timeout: int | None = None
+    restart_count: int = 0
+    exit_code: int = 0
     process: ProcessState = field(default_factory=lambda: ProcessState("container", 0))
 
 

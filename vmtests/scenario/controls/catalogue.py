@@ -75,6 +75,12 @@ from vmtests.scenario.install.switching import wait_healthy
 from vmtests.stub import knobs, release
 
 CATALOGUE = Catalogue()
+CRASH_AFTER_SECONDS = 30
+"""How long the restarting control's first start serves before its engine dies: long enough
+for this side to see it answer and take the knob away before the restart reads it again."""
+CRASH_TIMEOUT = 120.0
+"""Seconds the restarting control waits for the restart: the crash, and the margin a loaded
+two-core host needs."""
 SUPPRESSION_TIMEOUT = 120.0
 """Seconds the flooded-journal control waits for journald's ``Suppressed`` line: its interval
 (20 s) and the unit's next line, with the margin a loaded two-core host needs."""
@@ -220,6 +226,32 @@ def engine_without_prefix_caching(machine: Machine, switch: ReferenceSwitch) -> 
     lines = [f"ExecStartPre=/bin/echo {systemd_quote(text)}" for text in banners]
     _durable_drop_in(machine, MODEL_BUILD_DROP_IN, lines)
     _restart(machine, config)
+
+
+@CATALOGUE.control(
+    "service restarts on its own while answering",
+    Finding(Check.SERVICE_RESTARTS, Reason.UNIT_RESTARTED),
+    effects.restarted_on_its_own, stub_knobs=[knobs.CRASH_AFTER],
+)  # fmt: skip
+def restarts_on_its_own(machine: Machine, switch: ReferenceSwitch) -> None:
+    """The correct target whose engine dies once while serving; systemd restarts the unit and
+    the new start answers.
+
+    A stub knob makes the server answer, then log the engine's fatal error and exit 1 after
+    ``CRASH_AFTER_SECONDS``; the unit's ``Restart=on-failure`` starts it again. The knob is
+    taken away once the first start answers: the restart reads the knobs file anew (``docker
+    run --env-file``) and serves on. At the snapshot everything answers and holds; only the
+    unit's ``NRestarts`` tells.
+    """
+    config = switch.target
+    stage_units(machine, config)
+    set_stub_knobs(machine, **{knobs.CRASH_AFTER: str(CRASH_AFTER_SECONDS)})
+    _restart(machine, config)
+    wait_healthy(machine, config.port)
+    set_stub_knobs(machine)
+    machine.wait_until_succeeds(
+        '[ "$(systemctl show -P NRestarts %s)" -ge 1 ]', SERVING_UNIT, timeout=CRASH_TIMEOUT
+    )
 
 
 @CATALOGUE.control(

@@ -22,6 +22,7 @@ from vmtests.contracts.serving import SERVING_UNIT
 from vmtests.scenario.collection.snapshot import CONTAINER_LOG, JournalLine, ProcessState, Snapshot
 from vmtests.scenario.controls import places
 from vmtests.scenario.judgement.sources import script_command
+from vmtests.stub import release
 
 Effect = Callable[[Snapshot], None]
 """Changes a snapshot (a copy of the recorded one) as the control's mechanism would."""
@@ -148,6 +149,32 @@ def journal_flooded(snapshot: Snapshot) -> None:
     )
     snapshot.journal += [*flood[:kept], suppressed]
     snapshot.container_log = [replace(line, source=CONTAINER_LOG) for line in printed]
+
+
+CRASHED_INVOCATION = "c7a5bed0c7a5bed0c7a5bed0c7a5bed0"
+"""The invocation of the unit's start whose engine died (its lines stay in this boot)."""
+
+
+def restarted_on_its_own(snapshot: Snapshot) -> None:
+    """The unit's first start served, then its engine died (exit 1); systemd restarted it
+    (``Restart=on-failure``), and the current start serves: the same lines, one start earlier,
+    then the engine's fatal error and systemd's lines about the ended run; ``NRestarts=1``."""
+    current = snapshot.current_lines()
+    last = current[-1]
+    earlier = [replace(line, invocation_id=CRASHED_INVOCATION) for line in current]
+    ended = [
+        f"(EngineCore_DP0 pid=1) ERROR {release.ENGINE_FATAL}",
+        f"(APIServer pid=1) ERROR {release.SERVER_TERMINATING}",
+        f"{SERVING_UNIT}: Main process exited, code=exited, status=1/FAILURE",
+        f"{SERVING_UNIT}: Failed with result 'exit-code'.",
+        f"{SERVING_UNIT}: Scheduled restart job, restart counter is at 1.",
+    ]
+    earlier += [
+        JournalLine(text, last.boot_id, CRASHED_INVOCATION, last.timestamp_us) for text in ended
+    ]
+    first = snapshot.journal.index(current[0])
+    snapshot.journal[first:first] = earlier
+    snapshot.unit.properties["NRestarts"] = "1"
 
 
 def engine_without_prefix_caching(snapshot: Snapshot) -> None:

@@ -32,6 +32,7 @@ from vmtests.scenario.judgement.banners import (
 )
 from vmtests.scenario.judgement.card import check_card
 from vmtests.scenario.judgement.provenance import check_provenance
+from vmtests.scenario.judgement.restarts import check_restarts
 from vmtests.scenario.judgement.results import CheckResult, failed, passed, stage_phrase
 from vmtests.scenario.judgement.server_config import check_server_config
 from vmtests.scenario.judgement.sources import check_sources, origin_of
@@ -330,8 +331,9 @@ def check_evidence(snapshot: Snapshot) -> list[CheckResult]:
 
 
 def check_service(snapshot: Snapshot) -> list[CheckResult]:
-    """The snapshot is complete (``check_evidence``), the unit is active with a main process,
-    /health answers 200, /v1/models lists a model."""
+    """The snapshot is complete (``check_evidence``), the unit is active with a main process
+    and neither it nor its container restarted on its own (``check_restarts``), /health
+    answers 200, /v1/models lists a model."""
     stage, unit = snapshot.label, snapshot.unit
     results = [
         *check_evidence(snapshot),
@@ -344,6 +346,7 @@ def check_service(snapshot: Snapshot) -> list[CheckResult]:
             Reason.NOT_ACTIVE,
             f"{unit.name} is {unit.active_state or 'unknown'}",
         ),
+        *check_restarts(snapshot),
     ]
     health = snapshot.health
     results.append(

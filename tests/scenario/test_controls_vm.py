@@ -86,6 +86,10 @@ def test_scenario_passes_on_the_reference_guest(scenario_guest: ScenarioGuest) -
 
 def test_correct_configuration_raises_no_alarm(control_run: ControlsRun) -> None:
     assert control_run.false_alarms == [], "\n".join(map(str, control_run.false_alarms))
+    # The explicit start left systemd's count of automatic restarts at 0.
+    assert control_run.correct is not None
+    assert control_run.correct.snapshot is not None
+    assert control_run.correct.snapshot.unit.n_restarts == 0
 
 
 @pytest.mark.parametrize("control", CONTROLS, ids=[control.name for control in CONTROLS])
@@ -130,6 +134,22 @@ def test_a_flooded_journal_fails_only_the_evidence(control_run: ControlsRun) -> 
     engine = [line for line in snapshot.current_lines() if ENGINE_LINE in line.message]
     assert engine
     assert {line.source for line in engine} == {CONTAINER_LOG}
+
+
+def test_a_service_that_restarted_on_its_own_is_caught_with_its_count(
+    control_run: ControlsRun,
+) -> None:
+    """Only the restart fails: the restarted service answers and holds every setting, and the
+    message gives the count and the last exit status."""
+    restarted = Finding(Check.SERVICE_RESTARTS, Reason.UNIT_RESTARTED)
+    (control,) = [c for c in CONTROLS if c.finds == restarted]
+    outcome = control_run.outcomes[control.name]
+    assert outcome.findings == {restarted}, "\n".join(map(str, outcome.failures))
+    assert outcome.snapshot is not None
+    assert outcome.snapshot.health.status == 200
+    assert outcome.snapshot.unit.n_restarts == 1
+    assert "restarted on its own 1 time(s)" in outcome.message
+    assert "code=exited, status=1/FAILURE" in outcome.message
 
 
 def test_leftover_container_is_stopped_gracefully(control_run: ControlsRun) -> None:

@@ -13,7 +13,7 @@ import json
 import os
 import subprocess
 
-from vmtests.driver.machine import CommandResult
+from vmtests.driver.machine import CommandResult, Machine
 from vmtests.scenario.collection import snapshot as state
 from vmtests.scenario.collection.snapshot import Snapshot
 
@@ -170,7 +170,7 @@ def good_snapshot(resident: bool = False, label: str = "S1") -> Snapshot:
     )
 
 
-class LocalShell:
+class LocalShell(Machine):
     """Stands in for a machine: runs each command with this host's ``sh`` and ``path`` as its
     ``PATH`` (fake tools first), so that a script meant for the guest runs against them."""
 
@@ -179,7 +179,7 @@ class LocalShell:
     def __init__(self, path: str) -> None:
         self.path = path
 
-    def execute(self, command: str, *args: object, timeout: float) -> CommandResult:
+    def _run(self, command: str, timeout: float) -> CommandResult:
         """``sh -c command``: rc, stdout and stderr."""
         done = subprocess.run(
             ["sh", "-c", command],
@@ -189,3 +189,10 @@ class LocalShell:
             check=False,
         )
         return CommandResult(command, done.returncode, done.stdout, done.stderr)
+
+    def _start(self) -> None: ...
+    def _shutdown(self, timeout: float) -> None: ...
+    def _crash(self) -> None: ...
+    def _close(self) -> None: ...
+    def _issue_reboot(self) -> None: ...
+    def _wait_until_answering(self, deadline: float) -> None: ...

@@ -255,9 +255,8 @@ class _NixosShell(LocalShell):
         super().__init__(path)
         self.system_bin = system_bin
 
-    def execute(self, command: str, *args: object, timeout: float) -> CommandResult:
-        return super().execute(command.replace(NIXOS_SYSTEM_BIN, str(self.system_bin)),
-                               timeout=timeout)  # fmt: skip
+    def _run(self, command: str, timeout: float) -> CommandResult:
+        return super()._run(command.replace(NIXOS_SYSTEM_BIN, str(self.system_bin)), timeout)
 
 
 def test_nixos_rebuild_is_found_in_the_system_off_the_path(tmp_path: Path) -> None:

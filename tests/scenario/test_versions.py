@@ -6,8 +6,6 @@ eval tier (tests/eval/test_eval_versions.py)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import cast
 
@@ -18,7 +16,7 @@ from vmtests import nixos_eval
 from vmtests.certify.model import CertificationResult
 from vmtests.certify.report import certificate_data, markdown, write_certificate
 from vmtests.contracts.status import RunStatus
-from vmtests.driver.machine import CommandResult, Machine
+from vmtests.driver.machine import Machine
 from vmtests.profiles import load_profile
 from vmtests.report import markdown_summary, write_scenario_report
 from vmtests.scenario.runner.scenario import Kind, Scenario, ScenarioResult
@@ -175,32 +173,6 @@ def test_an_evaluated_column_takes_each_cell_from_the_evaluation(
     assert column.cells["docker"] == "not evaluated: the evaluation gives no version"
 
 
-class _Local(Machine):
-    """This host's ``sh`` with fake tools first on the PATH, as a ``Machine``."""
-
-    name = "local"
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def _run(self, command: str, timeout: float) -> CommandResult:
-        done = subprocess.run(
-            ["sh", "-c", command],
-            capture_output=True,
-            env={**os.environ, "PATH": self.path},
-            timeout=timeout,
-            check=False,
-        )
-        return CommandResult(command, done.returncode, done.stdout, done.stderr)
-
-    def _start(self) -> None: ...
-    def _shutdown(self, timeout: float) -> None: ...
-    def _crash(self) -> None: ...
-    def _close(self) -> None: ...
-    def _issue_reboot(self) -> None: ...
-    def _wait_until_answering(self, deadline: float) -> None: ...
-
-
 def test_a_check_reads_both_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``vmtests check`` (no preflight) asks the run's versions itself and names its NixOS
     configuration, whose column says why it was not evaluated."""
@@ -211,7 +183,7 @@ def test_a_check_reads_both_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(nixos_eval, "describe_with_environment", unavailable)
     (tmp_path / "tt-smi").write_text("#!/bin/sh\necho 3.0.5\n")
     (tmp_path / "tt-smi").chmod(0o755)
-    machine = _Local(f"{tmp_path}:/usr/bin:/bin")
+    machine = LocalShell(f"{tmp_path}:/usr/bin:/bin")
     result = Scenario(machine, CFX, None, start_machine=False).check()
     assert "versions" in result.steps
     assert "nixos versions" in result.steps

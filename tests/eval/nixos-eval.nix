@@ -237,42 +237,102 @@ let
       # (COMPONENTS): { version } or, where the evaluation cannot know it, { why }.
       versions =
         let
+          dockerOn = config.virtualisation.docker.enable;
           docker = config.virtualisation.docker.package;
           kernel = config.boot.kernelPackages.kernel;
+          stubbed = "stubbed by the trimmed nixpkgs tree (tests/eval/nixos-shim-packages.nix)";
+          # A package without `version` gives a why, never a failed evaluation.
           known =
-            package: version:
+            name: package:
+            let
+              version = package.version or (lib.getVersion package);
+            in
             if package.vmtestsEvalStub or false then
-              { why = "the trimmed nixpkgs tree stubs ${package.pname} (tests/eval/nixos-shim.nix)"; }
+              { why = "${name} is ${stubbed}"; }
+            else if version == "" then
+              { why = "${name} has no version"; }
             else
               { inherit version; };
-          # dockerd runs the containerd that docker's package links into libexec/docker, built
-          # from the tag containerdRev; its version attribute is docker's own (nixpkgs
-          # pkgs/applications/virtualization/docker/default.nix: docker-containerd).
-          containerdTag = docker.docker-containerd.src.tag or null;
+          notDocker = { why = "virtualisation.docker is off: the configuration runs no dockerd"; };
+          # docker's own containerd (nixpkgs pkgs/applications/virtualization/docker/default.nix:
+          # containerd.overrideAttrs with the source tag containerdRev) keeps the base package's
+          # makeFlags "VERSION=v${version}" (pkgs/by-name/co/containerd/package.nix): the binary
+          # claims the base version, whatever source it was built from.
+          dockerContainerd =
+            let
+              dc = docker.docker-containerd;
+              claimed = lib.removePrefix "VERSION=v" (
+                lib.findFirst (lib.hasPrefix "VERSION=") "" (dc.makeFlags or [ ])
+              );
+              # fetchFromGitHub with `rev =` leaves tag null.
+              rev = dc.src.rev or "";
+              tag =
+                if (dc.src.tag or null) != null then
+                  dc.src.tag
+                else
+                  lib.removePrefix "refs/tags/" rev;
+              source = lib.removePrefix "v" tag;
+              fromTag = builtins.match "v[0-9].*" tag != null;
+            in
+            if !(docker ? docker-containerd) then
+              { why = "docker's package names no containerd of its own (docker-containerd)"; }
+            else if dc.vmtestsEvalStub or false then
+              { why = "docker-containerd is ${stubbed}"; }
+            else if claimed != "" && fromTag && claimed != source then
+              { version = "${claimed} (built from ${tag} source)"; }
+            else if claimed != "" && !fromTag && rev != "" then
+              { version = "${claimed} (built from commit ${rev})"; }
+            else if claimed != "" then
+              { version = claimed; }
+            else if fromTag then
+              { version = source; }
+            else
+              { why = "docker-containerd is pinned to commit ${rev}"; };
         in
         {
-          systemd = known config.systemd.package config.systemd.package.version;
-          docker = known docker docker.version;
+          systemd = known "systemd" config.systemd.package;
+          docker = if dockerOn then known "docker" docker else notDocker;
           containerd =
-            if containerdTag == null then
-              { why = "docker's package names no containerd of its own (docker-containerd)"; }
+            if !dockerOn then
+              notDocker
+            else if config.virtualisation.docker.daemon.settings ? containerd then
+              { why = "dockerd is set to the containerd at virtualisation.docker.daemon.settings.containerd"; }
+            # dockerd uses the system containerd when /run/containerd/containerd.sock exists,
+            # which virtualisation.containerd runs from pkgs.containerd
+            # (nixpkgs nixos/modules/virtualisation/containerd.nix).
+            else if config.virtualisation.containerd.enable or false then
+              known "containerd" pkgs.containerd
             else
-              known docker (lib.removePrefix "v" containerdTag);
-          kernel = known kernel kernel.version;
+              dockerContainerd;
+          # What /proc/sys/kernel/osrelease prints (nixpkgs pkgs/os-specific/linux/kernel/build.nix).
+          kernel =
+            if kernel.vmtestsEvalStub or false then
+              { why = "the kernel is ${stubbed}"; }
+            else
+              { version = kernel.modDirVersion; };
           # nixos/modules/hardware/tenstorrent.nix installs pkgs.tt-smi.
           tt-smi =
             if config.hardware.tenstorrent.enable or false then
-              known pkgs.tt-smi pkgs.tt-smi.version
+              known "tt-smi" pkgs.tt-smi
             else
               { why = "hardware.tenstorrent is off: the configuration runs the stub device layer (modules/tenstorrent-stub.nix)"; };
           vllm = {
             why =
-              if serving.enable then
-                "the image ${serving.image} carries its own vLLM, whose version Nix does not know"
+              if !serving.enable then
+                "the configuration serves nothing"
+              else if config.hardware.tenstorrent-stub.enable or false then
+                "the image ${serving.image} is the suite's stub vLLM server (modules/tenstorrent-stub.nix), whose version Nix does not know"
               else
-                "the configuration serves nothing";
+                "the image ${serving.image} carries its own vLLM, whose version Nix does not know";
           };
         };
+      # The raw attributes `versions` reads, for tests/eval/test_eval_versions.py to re-derive.
+      versionSources = {
+        dockerContainerdMakeFlags = map builtins.unsafeDiscardStringContext (
+          config.virtualisation.docker.package.docker-containerd.makeFlags or [ ]
+        );
+        kernelModDirVersion = config.boot.kernelPackages.kernel.modDirVersion;
+      };
       authorizedKeys = config.users.users.root.openssh.authorizedKeys.keys;
       sshd = config.services.openssh.enable;
       instrumented = config.vmtests.instrumentation.enable or false;

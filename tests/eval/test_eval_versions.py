@@ -28,8 +28,24 @@ def test_every_configuration_gives_a_version_or_why_for_each_row(nixos: dict[str
         # What a NixOS host certainly runs is evaluated, never explained away.
         for key in ("systemd", "docker", "containerd", "kernel"):
             assert versions[key].get("version"), (name, key, versions[key])
-        # docker's containerd carries docker's own version attribute: the tag is containerd's.
+        # docker's containerd carries docker's own version attribute: the cell is containerd's.
         assert versions["containerd"]["version"] != versions["docker"]["version"]
+
+
+def test_the_containerd_and_kernel_cells_are_what_the_machine_prints(
+    nixos: dict[str, Any],
+) -> None:
+    """containerd: the version docker-containerd's makeFlags make the binary claim (nixpkgs
+    pkgs/by-name/co/containerd/package.nix, kept by docker's overrideAttrs), first in the
+    cell; kernel: modDirVersion, what /proc/sys/kernel/osrelease prints."""
+    for name in ALL_CONFIGURATIONS:
+        described = nixos["configurations"][name]
+        sources, versions = described["versionSources"], described["versions"]
+        flags = [f for f in sources["dockerContainerdMakeFlags"] if f.startswith("VERSION=")]
+        claimed = flags[0].removeprefix("VERSION=v")
+        assert claimed, (name, sources)
+        assert versions["containerd"]["version"].split(" ", 1)[0] == claimed, name
+        assert versions["kernel"]["version"] == sources["kernelModDirVersion"], name
 
 
 def test_the_production_host_names_its_tt_smi(nixos: dict[str, Any]) -> None:
@@ -37,7 +53,7 @@ def test_the_production_host_names_its_tt_smi(nixos: dict[str, Any]) -> None:
     trimmed tree stubs the package, why there is none; the VM configurations run the stub."""
     tt_smi = nixos["configurations"]["cfx-llm2"]["versions"]["tt-smi"]
     if nixos["shim"]:
-        assert "stubs tt-smi" in tt_smi["why"]
+        assert "tt-smi is stubbed" in tt_smi["why"]
     else:
         assert tt_smi.get("version"), tt_smi
     assert "stub device layer" in nixos["configurations"]["vm-test-cfx-llm2"]["versions"][

@@ -140,7 +140,7 @@ def _fake_tools(
     active, sub = unit_state.split()
     scripts = {
         "tt-smi": f"echo {tt_smi_version}",
-        "docker": "echo Docker version 26.1.5",
+        "docker": "echo 26.1.5",  # the daemon's version (versions.VERSION_COMMANDS)
         "systemctl": f"""case $1 in show) printf 'ActiveState={active}\\nSubState={sub}\\n';;
   list-jobs) printf '%s' '{jobs}';;
   *) echo systemd 257 '(257.13)';; esac""",

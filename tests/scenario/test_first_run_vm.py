@@ -173,7 +173,7 @@ def test_plan_changes_nothing(base_guest: BaseGuest) -> None:
     assert "roll back with the installed unit set" in out  # ssh://: rollback by default
     assert "downtime of tenstorrent-serving.service" in out
     assert "ok   restarts:" in out
-    assert "ok   tools: found tt-smi: 6.2.1+vmtests.stub; docker: Docker version" in out
+    assert "ok   tools: found tt-smi: 6.2.1+vmtests.stub; docker: " in out
 
 
 def test_a_switch_that_changes_nothing_is_refused(base_guest: BaseGuest) -> None:

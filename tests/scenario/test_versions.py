@@ -24,16 +24,19 @@ from vmtests.scenario.runner.versions import (
     COMPONENTS,
     NixosColumn,
     VersionTable,
+    markdown_lines,
     nixos_column,
     parse_versions,
     read_versions,
+    same_upstream,
     stands_in_for,
+    upstream_version,
 )
 
 CFX = load_profile("cfx-llm2")
 RUN = {
-    "systemd": "systemd 257 (257.9-1~deb13u1)",
-    "docker": "Docker version 26.1.5+dfsg1, build a72d7cd",
+    "systemd": "257.9-1~deb13u1",
+    "docker": "26.1.5+dfsg1",
     "containerd": "1.7.24~ds1",
     "kernel": "6.12.57+deb13-amd64",
     "vllm": "0.16.0+vmtests.stub",
@@ -45,7 +48,7 @@ NIXOS = NixosColumn(
     {
         "systemd": "260.2",
         "docker": "29.6.0",
-        "containerd": "2.2.4",
+        "containerd": "2.3.1 (built from v2.2.4 source)",
         "kernel": "6.18.37",
         "vllm": "not evaluated: the image x:1 carries its own vLLM",
         "tt-smi": "not evaluated: hardware.tenstorrent is off",
@@ -57,12 +60,17 @@ NIXOS = NixosColumn(
 
 def table_rows(markdown_text: str) -> dict[str, tuple[str, str]]:
     """The version table's rows in a Markdown report: component -> (run, NixOS)."""
+    return {name: (run, nixos) for name, (run, nixos, _) in marked_rows(markdown_text).items()}
+
+
+def marked_rows(markdown_text: str) -> dict[str, tuple[str, str, str]]:
+    """The version table's rows: component -> (run, NixOS, same upstream version?)."""
     lines = markdown_text.splitlines()
     start = lines.index("## Versions: this run and NixOS")
-    rows: dict[str, tuple[str, str]] = {}
+    rows: dict[str, tuple[str, str, str]] = {}
     for line in lines[start + 6 : start + 6 + len(COMPONENTS)]:
-        component, run, nixos = (cell.strip() for cell in line.strip("|").split(" | "))
-        rows[component] = (run, nixos)
+        component, run, nixos, same = (cell.strip() for cell in line.strip("|").split(" | "))
+        rows[component] = (run, nixos, same)
     return rows
 
 
@@ -105,13 +113,14 @@ def test_the_certificate_carries_the_table(tmp_path: Path) -> None:
     rows = table_rows(markdown(result))
     assert rows["Docker"] == ("not found", "29.6.0")
     assert rows["systemd"] == (RUN["systemd"], "260.2")
+    assert marked_rows(markdown(result))["Docker"][2] == "cannot tell"
     data = certificate_data(result)["version_table"]
     assert data["nixos_source"] == NIXOS.source
     assert [row["component"] for row in data["rows"]] == [c.label for c in COMPONENTS]
     paths = write_certificate(result, tmp_path)
     assert table_rows(paths["markdown"].read_text()) == rows
     if "html" in paths:  # with matplotlib: the page embeds the Markdown
-        assert "| Docker | not found | 29.6.0 |" in paths["html"].read_text()
+        assert "| Docker | not found | 29.6.0 | cannot tell |" in paths["html"].read_text()
     # A certificate written before the preflight gate ran still shows the table.
     empty = table_rows(markdown(CertificationResult("cfx-llm2", "ssh://root@host", None)))
     assert set(empty) == {c.label for c in COMPONENTS}
@@ -120,8 +129,9 @@ def test_the_certificate_carries_the_table(tmp_path: Path) -> None:
 def test_the_run_column_is_read_in_one_round_trip(tmp_path: Path) -> None:
     """Fake tools answer the version commands; vLLM's /version JSON gives its version alone."""
     scripts = {
-        "systemctl": "echo 'systemd 257 (257.9)'",
-        "docker": 'case $1 in version) echo 1.7.24;; *) echo "Docker version 26.1.5";; esac',
+        "systemctl": "echo 'systemd 257 (257.9-1~deb13u1)'; echo '+PAM +AUDIT'",
+        "docker": """case "$*" in *Server.Version*) echo 26.1.5+dfsg1;; version*) echo 1.7.24;;
+  *) echo "Docker version 26.1.5+dfsg1, build a72d7cd";; esac""",
         "curl": 'case "$*" in *:8123/version*) echo \'{"version": "0.16.0+x"}\';; *) exit 7;; esac',
         "tt-smi": "echo 3.0.5",
     }
@@ -132,7 +142,7 @@ def test_the_run_column_is_read_in_one_round_trip(tmp_path: Path) -> None:
     found = read_versions(machine, 8123)
     assert found["vllm"] == "0.16.0+x"  # $port reached the command
     assert (found["systemd"], found["docker"], found["containerd"]) == (
-        "systemd 257 (257.9)", "Docker version 26.1.5", "1.7.24",
+        "257.9-1~deb13u1", "26.1.5+dfsg1", "1.7.24",
     )  # fmt: skip
     assert found["kernel"] == Path("/proc/sys/kernel/osrelease").read_text().strip()
     assert found["tt-smi"] == "3.0.5"
@@ -193,3 +203,57 @@ def test_a_check_reads_both_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert rows["kernel"]["run"] == Path("/proc/sys/kernel/osrelease").read_text().strip()
     assert table["nixos_configuration"] == "vm-test-cfx-llm2"
     assert rows["systemd"]["nixos"] == "not evaluated: no tree for vm-test-cfx-llm2"
+
+
+@pytest.mark.parametrize(
+    ("text", "upstream"),
+    [
+        ("257.9-1~deb13u1", "257.9"),
+        ("26.1.5+dfsg1", "26.1.5"),
+        ("1.7.24~ds1", "1.7.24"),
+        ("v2.2.4", "2.2.4"),
+        ("6.12.57+deb13-amd64", "6.12.57"),
+        ("2.3.1 (built from v2.2.4 source)", "2.3.1"),
+        ("0.16.0+vmtests.stub", "0.16.0"),
+        ("not found", None),
+        ("not evaluated: the image x:1 carries its own vLLM", None),
+        ("260", None),  # a bare number names no dotted release
+    ],
+)
+def test_the_normaliser_keeps_the_upstream_version(text: str, upstream: str | None) -> None:
+    assert upstream_version(text) == upstream
+
+
+def test_each_row_says_whether_both_sides_name_the_same_upstream_version() -> None:
+    assert same_upstream("1.7.24~ds1", "1.7.24") is True
+    assert same_upstream("6.18.37", "6.18.37") is True
+    assert same_upstream("257.9-1~deb13u1", "260.2") is False
+    assert same_upstream("not found", "29.6.0") is None
+    run = dict(RUN, containerd="2.3.1", kernel="6.18.37", systemd="260.2")
+    table = VersionTable(run, NIXOS)
+    marks = {row["component"]: row["same_upstream"] for row in table.rows()}
+    # The containerd cell's first version is what the binary claims, so the two compare.
+    assert marks == {
+        "systemd": True, "Docker": False, "containerd": True, "kernel": True,
+        "vLLM": None, "tt-smi": None,
+    }  # fmt: skip
+    shown = {c: row[2] for c, row in marked_rows("\n".join(markdown_lines(table))).items()}
+    assert shown == {
+        "systemd": "yes", "Docker": "no", "containerd": "yes", "kernel": "yes",
+        "vLLM": "cannot tell", "tt-smi": "cannot tell",
+    }  # fmt: skip
+
+
+def test_a_real_host_stands_for_the_production_configuration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An ssh:// target is a real host: its column is the production configuration's, not
+    the VM configuration's that a reference guest stands in for."""
+
+    def unavailable(configuration: str) -> None:
+        raise nixos_eval.NixosEvalUnavailable(f"no tree for {configuration}")
+
+    monkeypatch.setattr(nixos_eval, "describe_with_environment", unavailable)
+    assert stands_in_for(CFX.serving_profile, "ssh://root@cfx-llm2").configuration == "cfx-llm2"
+    reference = stands_in_for(CFX.serving_profile, "qemu:reference")
+    assert reference.configuration == "vm-test-cfx-llm2"

@@ -55,7 +55,7 @@ def preflight(ctx: Context) -> GateResult:
     ctx.result.identity = identity
     ctx.result.versions = VersionTable(
         read_versions(machine, ctx.settings.serving_port),
-        stands_in_for(ctx.base.profile.serving_profile),
+        stands_in_for(ctx.base.profile.serving_profile, ctx.result.target),
     )
     boards = [board["board_type"] for board in identity["boards"]]
     gate.numbers.update(boards=boards, driver=identity["driver"])

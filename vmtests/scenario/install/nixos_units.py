@@ -59,6 +59,8 @@ UNIT_KEYS = {"serving": "tenstorrent-serving.service", "hugepages": "tenstorrent
 
 BASE_CONFIGURATION = "vm-test-base"
 BASE_SERVING_PROFILE = "hosts/profiles/baseline.nix"
+PRODUCTION_CONFIGURATION = "cfx-llm2"
+"""The flake's production host (``flake.nix``, ``hosts/cfx-llm2``): what a real host runs."""
 
 
 class UnmappedStorePath(ValueError):

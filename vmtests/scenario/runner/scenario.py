@@ -257,7 +257,9 @@ class Scenario:
         try:
             # Before anything else, so that a run that stops early still names its NixOS.
             with self.step("nixos versions"):
-                self.result.nixos_versions = stands_in_for(self.profile.serving_profile)
+                self.result.nixos_versions = stands_in_for(
+                    self.profile.serving_profile, self.result.target
+                )
             body()
             self.result.status = RunStatus.FINISHED
         except PreflightRefused as refused:

@@ -10,20 +10,24 @@ configuration it stands in for, as one table every report carries (``report.json
 - the NixOS column (``nixos_column``): the full NixOS evaluation of the configuration
   (``vmtests.nixos_eval``) when one can run, else every cell says ``not evaluated: <why>``;
   a component the evaluation cannot know (the image's vLLM, a stubbed package) says why too.
+- a mark per row (``same_upstream``): whether both cells begin with the same upstream version
+  (``upstream_version``), packaging suffixes aside; the cells keep the raw text.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
 from vmtests import nixos_eval
 from vmtests.driver.machine import Machine
+from vmtests.guest import SSH_TARGET_PREFIX
 from vmtests.nixrun import NixError
 from vmtests.scenario.collection.collect import MARK, split_sections
-from vmtests.scenario.install.nixos_units import configuration_for
+from vmtests.scenario.install.nixos_units import PRODUCTION_CONFIGURATION, configuration_for
 
 
 @dataclass(frozen=True)
@@ -47,8 +51,11 @@ NIXOS_SYSTEM_BIN = "/run/current-system/sw/bin"
 """The NixOS system's programs: on a NixOS VM's backdoor, whose PATH is the tool manifest only,
 nixos-rebuild and nixos-version are found here alone."""
 VERSION_COMMANDS = {
-    "systemd": "systemctl --version | head -n1",
-    "docker": "docker --version",
+    # The parenthesised version of the first line ("systemd 257 (257.9-1~deb13u1)"): the full
+    # one, as NixOS's systemd.package.version gives it.
+    "systemd": ('v=$(systemctl --version | head -n1); v=${v#*"("}; printf "%s\\n" "${v%%")"*}"'),
+    # The daemon's version: moby's VERSION, which nixpkgs' docker.version is.
+    "docker": "docker version --format '{{.Server.Version}}'",
     # The containerd the daemon itself reports: Debian runs containerd.service, NixOS's dockerd
     # the containerd its package links into libexec/docker (nixpkgs
     # pkgs/applications/virtualization/docker/default.nix); neither needs it on the PATH.
@@ -66,6 +73,11 @@ VERSION_COMMANDS = {
 }
 """What each command prints is the run's version of that component (``-`` when it fails);
 nixos-rebuild is a preflight item, not a row."""
+UPSTREAM_VERSION = re.compile(r"v?(\d+(?:\.\d+)+)")
+"""The upstream version a cell begins with; what follows (Debian's ``+dfsg1``, ``~ds1``,
+``-1~deb13u1``, ``+deb13-amd64``, a note in parentheses) is packaging."""
+SAME_UPSTREAM_MARKS = {True: "yes", False: "no", None: "cannot tell"}
+"""The ``same upstream version?`` column: ``cannot tell`` when a side has no version."""
 VERSIONS_TIMEOUT = 240.0
 """One round trip: each version command is bounded at 30 s."""
 NOT_FOUND = "not found"
@@ -99,6 +111,20 @@ def parse_versions(sections: dict[str, str]) -> dict[str, str]:
     if isinstance(answer, dict) and answer.get("version"):
         found["vllm"] = str(answer["version"])
     return found
+
+
+def upstream_version(text: str) -> str | None:
+    """The upstream version ``text`` begins with (``1.7.24~ds1`` -> ``1.7.24``), or None."""
+    match = UPSTREAM_VERSION.match(text.strip())
+    return match.group(1) if match else None
+
+
+def same_upstream(run: str, nixos: str) -> bool | None:
+    """Whether both cells name the same upstream version; None when either names none."""
+    left, right = upstream_version(run), upstream_version(nixos)
+    if left is None or right is None:
+        return None
+    return left == right
 
 
 def read_versions(machine: Machine, port: int) -> dict[str, str]:
@@ -143,10 +169,14 @@ def nixos_column(configuration: str) -> NixosColumn:
     return NixosColumn(configuration, cells, f"evaluated with {environment}", True)
 
 
-def stands_in_for(serving_profile: str) -> NixosColumn:
-    """The NixOS column of the configuration a run of ``serving_profile`` stands in for: the
-    flake's VM configuration of that profile (``nixos_units.configuration_for``), the
-    production host with the VM and the stub device layer swapped in."""
+def stands_in_for(serving_profile: str, target: str = "") -> NixosColumn:
+    """The NixOS column of the configuration a run of ``serving_profile`` on ``target`` stands
+    in for: on an ``ssh://`` target, a real host, the production configuration itself;
+    elsewhere (the reference guest, a NixOS VM) the flake's VM configuration of that profile
+    (``nixos_units.configuration_for``), the production host with the VM and the stub device
+    layer swapped in."""
+    if target.startswith(SSH_TARGET_PREFIX):
+        return nixos_column(PRODUCTION_CONFIGURATION)
     try:
         configuration = configuration_for(serving_profile)
     except ValueError as error:
@@ -177,13 +207,22 @@ class VersionTable:
         """The NixOS column, which says so when it was never asked for."""
         return self.nixos or NixosColumn.not_evaluated("?", "no NixOS column was asked for")
 
-    def rows(self) -> list[dict[str, str]]:
-        """One row per component: label, the run's cell, the NixOS cell."""
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per component: label, the run's cell, the NixOS cell, and whether the two
+        name the same upstream version (``same_upstream``: true, false or null)."""
         column = self.column
-        return [
-            {"component": c.label, "run": self.run_cell(c.key), "nixos": column.cells[c.key]}
-            for c in COMPONENTS
-        ]
+        rows: list[dict[str, Any]] = []
+        for c in COMPONENTS:
+            run, nixos = self.run_cell(c.key), column.cells[c.key]
+            rows.append(
+                {
+                    "component": c.label,
+                    "run": run,
+                    "nixos": nixos,
+                    "same_upstream": same_upstream(run, nixos),
+                }
+            )
+        return rows
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: the NixOS configuration, where its column comes from, the rows."""
@@ -203,13 +242,15 @@ def markdown_lines(table: VersionTable) -> list[str]:
         "## Versions: this run and NixOS",
         "",
         f"The run used the left column; NixOS `{column.configuration}` would run the right one "
-        f"({column.source}). Where they differ, the run did not prove the NixOS version.",
+        f"({column.source}). Where they differ, the run did not prove the NixOS version; "
+        "the last column compares upstream versions, distribution packaging suffixes aside.",
         "",
-        f"| component | this run | NixOS `{column.configuration}` |",
-        "| --- | --- | --- |",
+        f"| component | this run | NixOS `{column.configuration}` | same upstream version? |",
+        "| --- | --- | --- | --- |",
     ]
     for row in table.rows():
-        cells = (row["component"], row["run"], row["nixos"])
+        mark = SAME_UPSTREAM_MARKS[row["same_upstream"]]
+        cells = (row["component"], row["run"], row["nixos"], mark)
         lines.append("| " + " | ".join(_cell(text) for text in cells) + " |")
     return lines
 

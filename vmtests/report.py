@@ -373,7 +373,8 @@ def _check_markdown(result: ScenarioResult) -> str:
         by_key: dict[tuple[str, str], list[CheckResult]] = {}
         for check in result.checks:
             by_key.setdefault((check.check, check.subject), []).append(check)
-        lines += ["", "| expectation | expected | seen | check |", "| --- | --- | --- | --- |"]
+        lines += ["", "## Expectations", ""]
+        lines += ["| expectation | expected | seen | check |", "| --- | --- | --- | --- |"]
         for row in profile_rows(result.profile):
             cell = _cell(by_key.get((row.check, row.subject), []))
             shown = _escape(seen(result.profile, row, snapshot))

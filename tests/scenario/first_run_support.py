@@ -100,10 +100,12 @@ def profile_expecting_more(directory: Path, banner: str) -> Path:
     return path
 
 
-def report_table(report: Path) -> list[list[str]]:
-    """The rows of the first Markdown table in ``report`` (cells stripped)."""
+def report_table(report: Path, heading: str) -> list[list[str]]:
+    """The rows of the first Markdown table under ``heading`` in ``report`` (cells stripped)."""
     rows: list[list[str]] = []
-    for line in report.read_text().splitlines():
+    lines = report.read_text().splitlines()
+    assert heading in lines, f"{report} has no {heading!r}"
+    for line in lines[lines.index(heading) + 1 :]:
         if line.startswith("| ---"):
             continue
         if line.startswith("| "):

@@ -91,8 +91,13 @@ def test_a_kept_guest_powers_itself_off_after_its_limit(tmp_path: Path) -> None:
     state, kept = kept_check(tmp_path, keep_for=limit)
     assert keep.alive(kept.qemu_pid, kept.qemu_start)
     bound = time.monotonic() + limit + keep.POWERDOWN_GRACE + keep.QUIT_GRACE + 30
-    while time.monotonic() < bound and (qemus_under(tmp_path) or state.exists()):
-        time.sleep(1)
+
+    def left() -> bool:  # the keeper ends last: it removes the state, then exits
+        alive = keep.alive(kept.keeper_pid, kept.keeper_start)
+        return bool(qemus_under(tmp_path)) or state.exists() or alive
+
+    while time.monotonic() < bound and left():
+        time.sleep(0.5)
     assert qemus_under(tmp_path) == [], f"still running {bound:.0f}s after the keep"
     assert not keep.alive(kept.keeper_pid, kept.keeper_start)
     assert not state.exists()

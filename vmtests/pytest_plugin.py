@@ -23,6 +23,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "vm: boots a QEMU guest (needs qemu-system-x86_64)")
     config.addinivalue_line("markers", "nix: evaluates Nix (needs nix-instantiate)")
     config.addinivalue_line("markers", "hw: runs on a real P150 host (explicit opt-in only)")
+    config.addinivalue_line(
+        "markers",
+        "nightly: a long VM test of the nightly tier, which pre-merge CI leaves out; runs "
+        "with --nightly (README, Test tiers)",
+    )
     # pytest-xdist's marker, registered here too so that --strict-markers accepts it without
     # xdist (tests then simply run in one process).
     config.addinivalue_line("markers", "xdist_group(name): run on the same xdist worker")
@@ -34,8 +39,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # ---- options, profile and machine target (the persistence scenario) ------------------------------
-# Options: --profile, --target, --host-config, --report-dir, --hw-opt-in. Tests marked ``hw`` run
-# only with an ``ssh://`` target AND --hw-opt-in; everything else ignores the hardware entirely.
+# Options: --profile, --target, --host-config, --report-dir, --nightly, --hw-opt-in. Tests
+# marked ``hw`` run only with an ``ssh://`` target AND --hw-opt-in; everything else ignores the
+# hardware entirely. Tests marked ``nightly`` run only with --nightly.
 # The host's settings come from the target's query options and --host-config as ``vmtests run``
 # takes them (``vmtests.guest.host_settings.resolve``).
 
@@ -68,6 +74,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="directory for reports (JSON, JUnit XML, Markdown, console logs); default: tmp",
     )
     group.addoption(
+        "--nightly",
+        action="store_true",
+        default=False,
+        help="also run the nightly tier: the long VM tests (marked nightly) that pre-merge "
+        "CI leaves out",
+    )
+    group.addoption(
         "--hw-opt-in",
         action="store_true",
         default=False,
@@ -81,6 +94,10 @@ def hardware_allowed(config: pytest.Config) -> bool:
     return bool(config.getoption("--hw-opt-in")) and target.startswith(SSH_TARGET_PREFIX)
 
 
+NIGHTLY_SKIP_REASON = (
+    "nightly tier: a long VM test that pre-merge CI leaves out; run it with --nightly"
+)
+
 SHARED_GUEST_GROUP = "shared-reference-guest"
 SHARED_GUEST_SECONDS = 175.0
 """The shared guest's ``guest_seconds``: its tests live in several modules, so no module marker
@@ -91,15 +108,19 @@ light tests."""
 # tryfirst: pytest-xdist's loadgroup reads the xdist_group markers in this same hook.
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip ``hw`` tests unless the hardware tier was explicitly opted into; keep the tests
+    """Skip ``hw`` tests unless the hardware tier was explicitly opted into, and ``nightly``
+    tests without ``--nightly``; keep the tests
     of the shared reference guest, and those of each VM module, on one xdist worker, so that
     each guest boots once."""
     skip = pytest.mark.skip(
         reason="hardware tier: needs --target ssh://user@host AND --hw-opt-in (explicit opt-in)"
     )
+    skip_nightly = pytest.mark.skip(reason=NIGHTLY_SKIP_REASON)
     for item in items:
         if "hw" in item.keywords and not hardware_allowed(config):
             item.add_marker(skip)
+        if item.get_closest_marker("nightly") and not config.getoption("--nightly"):
+            item.add_marker(skip_nightly)
         if "shared_reference_guest" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group(SHARED_GUEST_GROUP))
         elif "vm" in item.keywords and _uses_a_module_fixture(item):

@@ -100,6 +100,7 @@ def test_the_same_certification_runs_over_ssh(serving_guest: ServingGuest, tmp_p
     assert len(result.requests) == 5 + 11
 
 
+@pytest.mark.nightly
 def test_fail_rate_fails_the_bound_with_its_numbers(
     serving_guest: ServingGuest, tmp_path: Path
 ) -> None:
@@ -176,6 +177,7 @@ def test_sigkill_on_stop_fails_the_stop_check(serving_guest: ServingGuest, tmp_p
     assert result.exit_status == 1
 
 
+@pytest.mark.nightly
 def test_ab_without_a_factor_stays_inside_the_noise_band(
     serving_guest: ServingGuest, tmp_path: Path
 ) -> None:
@@ -193,6 +195,7 @@ def test_ab_without_a_factor_stays_inside_the_noise_band(
     assert result.left_on == "cfx-llm2"
 
 
+@pytest.mark.nightly
 def test_ab_step_factor_leaves_the_noise_band(serving_guest: ServingGuest, tmp_path: Path) -> None:
     factors = json.dumps({"deviceResident": 0.8, "deviceArgmax": 1.0})
     guest = serving_guest(**{knobs.TIME_SCALE: AB_TIME_SCALE, knobs.STEP_FACTORS: factors})
@@ -205,6 +208,7 @@ def test_ab_step_factor_leaves_the_noise_band(serving_guest: ServingGuest, tmp_p
     assert result.left_on == "cfx-llm2"
 
 
+@pytest.mark.nightly
 def test_interrupt_restores_the_starting_configuration(
     serving_guest: ServingGuest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -58,6 +58,7 @@ def test_backdoor_reboot_new_boot_persistent_disk_and_per_boot_console(
     assert shared_guest.wait_for_console_text(fresh, timeout=30) == fresh
 
 
+@pytest.mark.nightly
 def test_ssh_backend_passes_the_same_reboot_test(
     shared_guest: QemuMachine, guest_ssh: SshMachine
 ) -> None:

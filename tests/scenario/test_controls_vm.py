@@ -1,8 +1,7 @@
-"""The persistence scenario of the first selftest profile (cfx-llm2), then the negative controls
-on the same guest: the correct configuration raises no alarm, each real persistence failure is
-caught, each with its own finding; then the container path: a leftover container is stopped
-gracefully by the module's pre-start and never killed, and oci-containers' own ``docker rm -f``
-pre-start is caught by the same check (exit code 137).
+"""The persistence scenario of the first selftest profile (cfx-llm2), then the pre-merge negative
+controls on the same guest (``controls_support.PRE_MERGE``; the rest, and the container path, are
+in ``test_controls_nightly_vm.py``): the correct configuration raises no alarm, each real
+persistence failure is caught, each with its own finding.
 
 The scenario starts on a guest restored with the base serving (``base_deployed``; its switch and
 reboot are real) and leaves it on the target, serving, where the controls start: each is reset
@@ -19,18 +18,17 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from controls_support import PRE_MERGE, assert_detected, assert_own_messages, run_controls
 from vm_support import assert_scenario_passed, base_guest, run_scenario
 
 from vmtests.cli import SELFTEST_PROFILES
 from vmtests.contracts.findings import Check, Finding, Reason
 from vmtests.contracts.serving import SERVING_UNIT
 from vmtests.driver.qemu import QemuMachine
-from vmtests.report import write_controls_report
 from vmtests.scenario.collection.snapshot import CONTAINER_LOG
-from vmtests.scenario.controls.catalogue import CONTROLS, RM_F
-from vmtests.scenario.controls.container_stop import SIGTERM
+from vmtests.scenario.controls.catalogue import CONTROLS
 from vmtests.scenario.controls.control import Control
-from vmtests.scenario.controls.run import ControlsRun, run_all_controls
+from vmtests.scenario.controls.run import ControlsRun
 from vmtests.scenario.install.reference_switch import ReferenceSwitch
 from vmtests.scenario.judgement.server_config import ENGINE_LINE
 from vmtests.scenario.runner.scenario import Scenario
@@ -63,20 +61,13 @@ def scenario_guest(
 
 @pytest.fixture(scope="module")
 def control_run(scenario_guest: ScenarioGuest, vmtests_report_dir: Path) -> ControlsRun:
-    """On the scenario's guest: every control (``run_all_controls``), each reset to ``PROFILE``'s
-    target first; the report (``controls``) is written even when a control fails to run."""
+    """On the scenario's guest: the correct configuration and the pre-merge controls, each reset
+    to ``PROFILE``'s target first (report: ``controls``)."""
     switch = scenario_guest.scenario.switcher
     assert isinstance(switch, ReferenceSwitch)
-    run = ControlsRun()
-    try:
-        return run_all_controls(scenario_guest.machine, switch, run)
-    finally:
-        write_controls_report(
-            run.report_outcomes,
-            run.report_false_alarms,
-            vmtests_report_dir / "controls",
-            run.correct,
-        )
+    return run_controls(
+        scenario_guest.machine, switch, PRE_MERGE, vmtests_report_dir / "controls", container=False
+    )
 
 
 def test_scenario_passes_on_the_reference_guest(scenario_guest: ScenarioGuest) -> None:
@@ -92,32 +83,13 @@ def test_correct_configuration_raises_no_alarm(control_run: ControlsRun) -> None
     assert control_run.correct.snapshot.unit.n_restarts == 0
 
 
-@pytest.mark.parametrize("control", CONTROLS, ids=[control.name for control in CONTROLS])
+@pytest.mark.parametrize("control", PRE_MERGE, ids=[control.name for control in PRE_MERGE])
 def test_negative_control_is_detected(control: Control, control_run: ControlsRun) -> None:
-    """On the guest the mechanism raises every finding the control declares (its model on a
-    recorded snapshot raises exactly those: test_control_effects.py); a false-alarm control
-    raises nothing."""
-    outcome = control_run.outcomes[control.name]
-    seen = "\n".join(str(failure) for failure in outcome.failures) or "(no failure at all)"
-    expected = ", ".join(map(str, sorted(control.declared))) or "no failure at all"
-    assert outcome.detected, f"{control.name}: expected {expected}; failures seen:\n{seen}"
-    assert control.declared <= outcome.findings
+    assert_detected(control, control_run)
 
 
 def test_each_control_has_its_own_message(control_run: ControlsRun) -> None:
-    """Every control ran, and each one's message comes from a failure with its own finding,
-    which no other control declares."""
-    assert set(control_run.outcomes) == {control.name for control in CONTROLS}
-    for control in CONTROLS:
-        if control.finds is None:
-            continue
-        caught = [
-            f for f in control_run.outcomes[control.name].failures if f.finding == control.finds
-        ]
-        assert caught, control.name
-        assert control_run.outcomes[control.name].message == caught[0].message
-        others = [c.name for c in CONTROLS if c is not control and c.finds == control.finds]
-        assert others == [], f"{control.name} shares its finding with {others}"
+    assert_own_messages(PRE_MERGE, control_run)
 
 
 def test_a_flooded_journal_fails_only_the_evidence(control_run: ControlsRun) -> None:
@@ -150,23 +122,3 @@ def test_a_service_that_restarted_on_its_own_is_caught_with_its_count(
     assert outcome.snapshot.unit.n_restarts == 1
     assert "restarted on its own 1 time(s)" in outcome.message
     assert "code=exited, status=1/FAILURE" in outcome.message
-
-
-def test_leftover_container_is_stopped_gracefully(control_run: ControlsRun) -> None:
-    assert control_run.container is not None
-    stops = control_run.container.graceful
-    assert [stop.result.check for stop in stops] == [Check.GRACEFUL_STOP] * 2
-    assert all(stop.result.ok for stop in stops), "\n".join(str(stop.result) for stop in stops)
-    leftover = stops[0].events
-    assert leftover.exit_codes[-1] == 0, leftover.raw
-    assert SIGTERM in leftover.signals, leftover.raw
-
-
-def test_oci_containers_rm_f_pre_start_is_caught(control_run: ControlsRun) -> None:
-    assert control_run.container is not None
-    outcome = control_run.container.rm_f
-    assert outcome.detected, "\n".join(map(str, outcome.failures)) or outcome.message
-    # Only the leftover was killed: the unit's own stop stays graceful.
-    assert [(f.finding, f.subject) for f in outcome.failures] == [
-        (RM_F.finds, "leftover container")
-    ]

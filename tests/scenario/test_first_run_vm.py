@@ -226,6 +226,7 @@ def test_the_api_key_gives_a_clear_401_and_passes_with_its_file(base_guest: Base
             assert API_KEY not in path.read_text(errors="replace"), path
 
 
+@pytest.mark.nightly
 def test_a_run_whose_s1_fails_rolls_back_to_the_recorded_generation(base_guest: BaseGuest) -> None:
     machine = base_guest.machine
     boot, generation = machine.boot_id(), machine.succeed(UNIT_SET_DIGEST).strip()
@@ -259,7 +260,9 @@ def test_a_run_whose_s1_fails_rolls_back_to_the_recorded_generation(base_guest: 
     assert check.status == 0, check.out
 
 
-# Last: it reboots the guest, which the tests above do not expect.
+# Last: it reboots the guest, which the tests above do not expect. The nightly tier: the
+# pre-merge tier runs cfx-llm2's scenario (test_controls_vm.py).
+@pytest.mark.nightly
 @pytest.mark.parametrize("profile_name", SELFTEST_PROFILES[1:])
 def test_scenario_passes_on_the_reference_guest(
     base_guest: BaseGuest, profile_name: str, vmtests_report_dir: Path

@@ -86,6 +86,7 @@ def test_a_kept_guest_answers_attach_and_stop_leaves_nothing(tmp_path: Path) -> 
     assert not Path(kept.qmp_socket).parent.exists()
 
 
+@pytest.mark.nightly
 def test_a_kept_guest_powers_itself_off_after_its_limit(tmp_path: Path) -> None:
     limit = 20.0
     state, kept = kept_check(tmp_path, keep_for=limit)

@@ -1,5 +1,5 @@
-"""The pytest plugin's options: hw tests never run without explicit opt-in; profile fixture;
-the host's settings as ``vmtests run`` takes them."""
+"""The pytest plugin's options: hw tests never run without explicit opt-in; nightly tests only
+with --nightly; profile fixture; the host's settings as ``vmtests run`` takes them."""
 
 from __future__ import annotations
 
@@ -72,6 +72,37 @@ def test_hw_is_skipped_with_opt_in_but_no_ssh_target(tmp_path: Path) -> None:
 def test_hw_runs_only_with_opt_in_and_ssh_target(tmp_path: Path) -> None:
     result = _pytest(tmp_path, "--hw-opt-in", "--target", "ssh://nobody@127.0.0.1:1")
     assert "reached the hardware test" in result.stdout, result.stdout + result.stderr
+    assert "1 failed, 1 passed" in result.stdout
+
+
+NIGHTLY_TEST = """
+import pytest
+
+@pytest.mark.nightly
+def test_long():
+    assert False, "reached the nightly test"
+
+def test_short():
+    pass
+"""
+
+
+def _nightly(tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "test_tiers.py").write_text(NIGHTLY_TEST)
+    return _run_pytest(tmp_path, "-rs", *options, str(tmp_path / "test_tiers.py"))
+
+
+def test_nightly_tests_are_skipped_by_default_saying_how_to_run_them(tmp_path: Path) -> None:
+    result = _nightly(tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 passed, 1 skipped" in result.stdout
+    assert "nightly tier" in result.stdout
+    assert "--nightly" in result.stdout
+
+
+def test_nightly_tests_run_with_the_option(tmp_path: Path) -> None:
+    result = _nightly(tmp_path, "--nightly")
+    assert "reached the nightly test" in result.stdout, result.stdout + result.stderr
     assert "1 failed, 1 passed" in result.stdout
 
 

@@ -96,6 +96,7 @@ def test_a_restored_guest_is_the_saved_guest_carried_on(tmp_path: Path) -> None:
         assert status == 200, answer
 
 
+@pytest.mark.nightly
 def test_a_restored_guest_serves_as_a_freshly_deployed_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

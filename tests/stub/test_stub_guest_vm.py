@@ -31,6 +31,7 @@ def check_device_layer(machine: Machine) -> None:
     assert [board["board_info"]["board_type"] for board in snapshot["device_info"]] == ["p150a"]
 
 
+@pytest.mark.nightly
 @pytest.mark.vm
 def test_install_serve_and_survive_a_reboot(guest: Machine) -> None:
     stub_layer.install_stub_device_layer(guest)

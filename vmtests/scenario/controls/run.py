@@ -11,7 +11,7 @@ everything that ran before a failure.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import partial
@@ -65,10 +65,18 @@ it, ``vmtests.scenario.prepared.control_guests``), closed after."""
 Result = TypeVar("Result")
 
 
-def run_all_controls(machine: Machine, switch: ReferenceSwitch, run: ControlsRun) -> ControlsRun:
-    """Run every control on ``machine`` (prepared by ``switch``) into ``run``, each reset to the
-    target first; return it."""
-    for job in control_jobs(switch, run, machine=machine):
+def run_all_controls(
+    machine: Machine,
+    switch: ReferenceSwitch,
+    run: ControlsRun,
+    controls: Sequence[Control] = CONTROLS,
+    *,
+    container: bool = True,
+) -> ControlsRun:
+    """Run the correct configuration, ``controls`` (every control unless told) and, with
+    ``container``, the container controls on ``machine`` (prepared by ``switch``) into ``run``,
+    each reset to the target first; return it."""
+    for job in control_jobs(switch, run, machine=machine, controls=controls, container=container):
         job()
     return run
 
@@ -79,11 +87,14 @@ def control_jobs(
     *,
     machine: Machine | None = None,
     fresh: FreshGuest | None = None,
+    controls: Sequence[Control] = CONTROLS,
+    container: bool = True,
 ) -> list[Callable[[], None]]:
-    """The correct configuration's check, each control and the container controls as jobs that
-    fill ``run`` (for ``run_in_lanes``; several lanes only with ``fresh`` guests). With
-    ``fresh``, each job runs on a guest of its own and a control's ``seconds`` include its
-    guest's restore; else all run on ``machine``, each reset to the target first."""
+    """The correct configuration's check, each of ``controls`` and (with ``container``) the
+    container controls as jobs that fill ``run`` (for ``run_in_lanes``; several lanes only with
+    ``fresh`` guests). With ``fresh``, each job runs on a guest of its own and a control's
+    ``seconds`` include its guest's restore; else all run on ``machine``, each reset to the
+    target first."""
 
     def on_a_guest(step: Callable[[Machine, bool], Result], starts_from: StartingPoint) -> Result:
         if fresh is None:
@@ -108,13 +119,13 @@ def control_jobs(
     def control_job(control: Control) -> None:
         run.outcomes[control.name] = timed(control)
 
-    def container() -> None:
+    def container_controls() -> None:
         run.container = on_a_guest(
             lambda guest, reset: run_container_controls(guest, switch, reset=reset), STARTS_FROM
         )
 
     return [
         correct_configuration,
-        *(partial(control_job, control) for control in CONTROLS),
-        container,
+        *(partial(control_job, control) for control in controls),
+        *([container_controls] if container else []),
     ]

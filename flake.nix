@@ -132,6 +132,31 @@
         ];
       };
 
+      # The shell lines that set $switch to the switch $VMTESTS_SWITCH picks, and the options of
+      # the scenario on the base VM that every job passes: the VM, the switch, the system it
+      # must activate, the module's container.
+      vmScenario =
+        profile: target:
+        let
+          commands = switchCommands profile target;
+        in
+        {
+          pickSwitch = ''
+            case "''${VMTESTS_SWITCH:-rebuild}" in
+              rebuild) switch=${lib.escapeShellArg commands.rebuild} ;;
+              prebuilt) switch=${lib.escapeShellArg commands.prebuilt} ;;
+              *) echo "VMTESTS_SWITCH must be rebuild or prebuilt, not $VMTESTS_SWITCH" >&2; exit 2 ;;
+            esac
+            echo "vmtests: switching with ''${VMTESTS_SWITCH:-rebuild}: $switch" >&2
+          '';
+          options = ''
+            --profile ${profile} \
+            --target qemu-nixos:${vmBase.config.system.build.vm}/bin/run-${vmBase.config.system.name}-vm \
+            --switch-command "$switch" \
+            --expected-system ${toplevel target} \
+            --container tenstorrent-serving \
+          '';
+        };
       # The main job for one serving profile: boot the base VM, switch it to the profile's target,
       # reboot, and prove every flag, variable and banner survived. The first argument is the
       # report directory; $VMTESTS_SWITCH picks the switch (rebuild, the default, or prebuilt);
@@ -141,22 +166,27 @@
       persistence =
         profile: target:
         let
-          commands = switchCommands profile target;
+          scenario = vmScenario profile target;
         in
         pkgs.writeShellScript "vmtests-persistence-${profile}" ''
-          case "''${VMTESTS_SWITCH:-rebuild}" in
-            rebuild) switch=${lib.escapeShellArg commands.rebuild} ;;
-            prebuilt) switch=${lib.escapeShellArg commands.prebuilt} ;;
-            *) echo "VMTESTS_SWITCH must be rebuild or prebuilt, not $VMTESTS_SWITCH" >&2; exit 2 ;;
-          esac
-          echo "vmtests: switching with ''${VMTESTS_SWITCH:-rebuild}: $switch" >&2
+          ${scenario.pickSwitch}
           exec ${vmtests}/bin/vmtests run \
-            --profile ${profile} \
-            --target qemu-nixos:${vmBase.config.system.build.vm}/bin/run-${vmBase.config.system.name}-vm \
-            --switch-command "$switch" \
-            --expected-system ${toplevel target} \
-            --container tenstorrent-serving \
-            --report-dir "''${1:-$PWD/vmtests-report-${profile}}"
+            ${scenario.options} --report-dir "''${1:-$PWD/vmtests-report-${profile}}"
+        '';
+      # `nix run .#shell`: the same VM and switch, brought to a stage of the scenario (S1 by
+      # default: switched and checked) by `vmtests shell`, then a Python prompt with the machine
+      # bound, or the guest's shell with --sh; every argument goes on to `vmtests shell`, where
+      # a later option wins (`nix run .#shell -- --stage S2 --sh`); `shell-<profile>` for another
+      # profile (its switch and system are the profile's). Leaving it powers the VM off.
+      shell =
+        profile: target:
+        let
+          scenario = vmScenario profile target;
+        in
+        pkgs.writeShellScript "vmtests-shell-${profile}" ''
+          ${scenario.pickSwitch}
+          exec ${vmtests}/bin/vmtests shell \
+            ${scenario.options} --stage S1 "$@"
         '';
       # The reports of one profile's main job, kept in the store whether it passes or fails:
       # with `succeedOnFailure` a failing run still produces its output and
@@ -261,7 +291,8 @@
       }
       // lib.mapAttrs' (
         name: target: lib.nameValuePair "persistence-${name}" (persistence name target)
-      ) vmTargets;
+      ) vmTargets
+      // lib.mapAttrs' (name: target: lib.nameValuePair "shell-${name}" (shell name target)) vmTargets;
 
       # `nix flake check` warns about an app without meta.description (Nix >= 2.26,
       # src/nix/flake.cc, checkApp), which must be a string without store paths.
@@ -272,9 +303,18 @@
             program = "${persistence profile target}";
             meta.description = "Boot the NixOS test VM, switch it to the ${profile} serving profile, reboot it and prove the settings survived";
           };
+          shellApp = profile: target: {
+            type = "app";
+            program = "${shell profile target}";
+            meta.description = "Bring the NixOS test VM to a stage of the ${profile} scenario (S1 unless --stage says otherwise) and open a Python prompt on it, or its shell with --sh";
+          };
         in
-        { persistence = app "cfx-llm2" vmTargets.cfx-llm2; }
-        // lib.mapAttrs' (name: target: lib.nameValuePair "persistence-${name}" (app name target)) vmTargets;
+        {
+          persistence = app "cfx-llm2" vmTargets.cfx-llm2;
+          shell = shellApp "cfx-llm2" vmTargets.cfx-llm2;
+        }
+        // lib.mapAttrs' (name: target: lib.nameValuePair "persistence-${name}" (app name target)) vmTargets
+        // lib.mapAttrs' (name: target: lib.nameValuePair "shell-${name}" (shellApp name target)) vmTargets;
 
       devShells.${system}.default = pkgs.mkShell {
         packages = [

@@ -1,4 +1,4 @@
-"""The ``vmtests`` command: ``check``, ``run``, ``selftest``, ``certify``, ``bench``,
+"""The ``vmtests`` command: ``check``, ``run``, ``selftest``, ``certify``, ``shell``, ``bench``,
 ``cache-key``, ``attach`` and ``stop``.
 
 ``vmtests check --profile P --target T`` checks a live machine against a profile, read-only (one
@@ -8,6 +8,8 @@ switch, S1, reboot, S2; ``--plan`` prints it and changes nothing) and writes rep
 to the generation it found when it fails (``--on-failure``); ``vmtests selftest`` runs it on
 fresh reference guests for the shipped production profiles, then the negative controls;
 ``vmtests certify`` is the hardware certification run (``vmtests.certify.command``);
+``vmtests shell --profile P --stage S`` brings a fresh machine to a stage of the scenario and opens
+a Python prompt on it, or its login shell (``vmtests.scenario.runner.stage_shell``);
 ``vmtests bench`` hands over to ``vmtests.bench``; ``vmtests cache-key`` prints the digests and
 directories of the image cache (``vmtests.guest.cache_key``) without building, for CI caches.
 With ``--keep``, a failed run leaves its QEMU guest running for ``vmtests attach STATE`` and
@@ -57,12 +59,13 @@ from vmtests.report import write_controls_report, write_prometheus, write_scenar
 from vmtests.scenario.collection.redact import redact_text
 from vmtests.scenario.controls.run import ControlsRun
 from vmtests.scenario.install.reference_switch import ReferenceSwitch
-from vmtests.scenario.install.switching import PROFILE_FIELD, CommandSwitch, Switcher
+from vmtests.scenario.install.switching import PROFILE_FIELD, CommandSwitch, NoSwitch, Switcher
 from vmtests.scenario.prepared import base_deployed, controls_jobs, prepared_reference_guest
+from vmtests.scenario.runner import stage_shell
 from vmtests.scenario.runner.preflight import PreflightRefused, run_preflight
 from vmtests.scenario.runner.recovery import OnFailure
 from vmtests.scenario.runner.run_plan import RunPlan, render_run_plan
-from vmtests.scenario.runner.scenario import Scenario, ScenarioResult
+from vmtests.scenario.runner.scenario import STAGES, Scenario, ScenarioResult
 
 SELFTEST_PROFILES = ("cfx-llm2", "resident")
 SELFTEST_LANES = 2
@@ -95,25 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run = commands.add_parser("run", help="run the persistence scenario on one target")
     _target_arguments(run, "vmtests-report")
-    run.add_argument(
-        "--switch-command",
-        help="command run on the machine to switch (required unless the target is "
-        f"{REFERENCE_TARGET}), e.g. 'nixos-rebuild switch --flake /etc/nixos#{PROFILE_FIELD}' "
-        f"({PROFILE_FIELD} becomes the profile's name)",
-    )
-    run.add_argument(
-        "--expected-system",
-        metavar="STORE_PATH",
-        help="the NixOS system (toplevel) the switch must activate, e.g. the target pre-built "
-        "into the VM's image: the report says which system runs after the switch and whether "
-        "it is this one",
-    )
-    run.add_argument(
-        "--reference-switch",
-        action="store_true",
-        help=f"switch with the reference guest's install step (the default on {REFERENCE_TARGET}); "
-        "for a reference guest reached over ssh, refused on any other machine",
-    )
+    _switch_arguments(run)
     run.add_argument(
         "--on-failure",
         choices=tuple(OnFailure),
@@ -149,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=min(SELFTEST_LANES, os.cpu_count() or 1),
         help="guests run at once (default: %(default)s, one per core up to two)",
     )
+    _shell_parser(commands)
     commands.add_parser("bench", help="driver benchmarks (vmtests.bench)", add_help=False)
     add_certify_parser(commands)
     cache_key = commands.add_parser(
@@ -173,8 +159,58 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _target_arguments(parser: argparse.ArgumentParser, report_dir: str) -> None:
-    """``--profile``, ``--target``, ``--host-config``, ``--container`` and ``--report-dir``."""
+def _shell_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``vmtests shell`` (``vmtests.scenario.runner.stage_shell``)."""
+    shell = commands.add_parser(
+        "shell",
+        help="bring a fresh machine to a stage of the scenario (S0 base, S1 switched, S2 "
+        "rebooted) and open a Python prompt on it, or its login shell (--sh)",
+    )
+    _target_arguments(shell, None)
+    shell.add_argument(
+        "--stage", required=True, choices=STAGES, help="the stage to bring the machine to"
+    )
+    shell.add_argument(
+        "--sh", action="store_true", help="the guest's login shell over ssh instead of Python"
+    )
+    _switch_arguments(shell)
+    shell.add_argument(
+        "--hw-opt-in",
+        action="store_true",
+        help="required for ssh:// targets at S1 and S2 (the switch, and the reboot at S2)",
+    )
+    keep_run.add_deadline_argument(
+        shell, "stop bringing the machine to its stage after this long (the prompt that follows "
+        "has no deadline): the machine closed"
+    )  # fmt: skip
+
+
+def _switch_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--switch-command``, ``--expected-system`` and ``--reference-switch`` (``_switcher``)."""
+    parser.add_argument(
+        "--switch-command",
+        help="command run on the machine to switch (required unless the target is "
+        f"{REFERENCE_TARGET}), e.g. 'nixos-rebuild switch --flake /etc/nixos#{PROFILE_FIELD}' "
+        f"({PROFILE_FIELD} becomes the profile's name)",
+    )
+    parser.add_argument(
+        "--expected-system",
+        metavar="STORE_PATH",
+        help="the NixOS system (toplevel) the switch must activate, e.g. the target pre-built "
+        "into the VM's image: the report says which system runs after the switch and whether "
+        "it is this one",
+    )
+    parser.add_argument(
+        "--reference-switch",
+        action="store_true",
+        help=f"switch with the reference guest's install step (the default on {REFERENCE_TARGET}); "
+        "for a reference guest reached over ssh, refused on any other machine",
+    )
+
+
+def _target_arguments(parser: argparse.ArgumentParser, report_dir: str | None) -> None:
+    """``--profile``, ``--target``, ``--host-config``, ``--container`` and, unless
+    ``report_dir`` is None, ``--report-dir`` (defaulting to it)."""
     parser.add_argument("--profile", required=True, help="profile name or YAML path")
     parser.add_argument(
         "--target",
@@ -193,7 +229,8 @@ def _target_arguments(parser: argparse.ArgumentParser, report_dir: str) -> None:
         help=f"docker/podman container of the serving unit (default: {SERVING_CONTAINER}, as "
         "the NixOS module names it); '' for a unit whose MainPID is the server itself",
     )
-    parser.add_argument("--report-dir", type=Path, default=Path(report_dir))
+    if report_dir is not None:
+        parser.add_argument("--report-dir", type=Path, default=Path(report_dir))
 
 
 def _settings(args: argparse.Namespace) -> tuple[str, Settings]:
@@ -246,18 +283,22 @@ def _machine(target: str, state_dir: Path, found: Settings) -> Iterator[Machine]
 
 @contextmanager
 def _checked_machine(
-    target: str, state_dir: Path, found: Settings, deploy: ReferenceSwitch | None
+    target: str,
+    state_dir: Path,
+    found: Settings,
+    deploy: ReferenceSwitch | None,
+    name: str = "check",
 ) -> Iterator[tuple[Machine, bool]]:
-    """The machine ``vmtests check`` reads, and whether it is started already: on
-    ``qemu:reference``, a guest with ``deploy``'s base deployed, restored from the snapshot
-    cache (booted, deployed and saved there when the cache lacks it, as the selftest's
-    scenarios start); elsewhere ``_machine``."""
+    """The machine ``vmtests check`` reads (or ``vmtests shell`` brings to a stage: ``name``),
+    and whether it is started already: given ``deploy`` (on ``qemu:reference``), a guest with
+    its base deployed, restored from the snapshot cache (booted, deployed and saved there when
+    the cache lacks it, as the selftest's scenarios start); else ``_machine``."""
     if deploy is None:
         with _machine(target, state_dir, found) as machine:
             yield machine, False
         return
-    with prepared_reference_guest(state_dir, base_deployed(deploy), "check") as prepared:
-        log.info(f"check: the guest {prepared.how}")
+    with prepared_reference_guest(state_dir, base_deployed(deploy), name) as prepared:
+        log.info(f"{name}: the guest {prepared.how}")
         yield prepared.machine, True
 
 
@@ -456,6 +497,45 @@ def command_check(args: argparse.Namespace) -> int:
     return exit_status(result)
 
 
+def command_shell(args: argparse.Namespace) -> int:
+    """``vmtests shell``: a fresh machine brought to ``--stage`` by the scenario itself, then a
+    Python prompt on it, or its login shell (``vmtests.scenario.runner.stage_shell``). On
+    ``qemu:reference`` the guest starts from the base deployment (as ``vmtests check``'s);
+    ``--stage S0`` of a host needs no switch command: nothing is switched."""
+    profile = _load(args.profile)
+    target, found = _settings(args)
+    on_host, changes = target.startswith(SSH_TARGET_PREFIX), args.stage != STAGES[0]
+    if on_host and changes and not args.hw_opt_in:
+        reboot = " and reboots it" if args.stage == STAGES[-1] else ""
+        raise UsageError(
+            f"--target {target} is a real host: --stage {args.stage} switches it{reboot}; "
+            f"pass --hw-opt-in to allow that (--stage {STAGES[0]} needs none: it changes nothing)"
+        )
+    foreign = target != REFERENCE_TARGET and not args.reference_switch
+    switcher: Switcher = (
+        NoSwitch()
+        if not changes and foreign and not args.switch_command
+        else _switcher(args, profile, target, found)
+    )
+    reference = isinstance(switcher, ReferenceSwitch)
+    deploy = (
+        switcher if isinstance(switcher, ReferenceSwitch) and target == REFERENCE_TARGET else None
+    )
+    with (
+        keep_run.run_state("vmtests-shell-") as state,
+        _checked_machine(target, state.path, found, deploy, "shell") as (machine, started),
+    ):
+        if args.reference_switch:
+            _require_reference_guest(machine)
+        scenario = Scenario(
+            machine, profile, switcher, target=args.target, settings=found, until=args.stage,
+            base_profile=_load(BASE_PROFILE) if reference else None, start_machine=not started,
+            preflight=changes,
+        )  # fmt: skip
+        status = stage_shell.enter(scenario, state.path, sh=args.sh)
+    return exit_status(scenario.result) if status is None else status
+
+
 def command_selftest(args: argparse.Namespace) -> int:
     """``vmtests selftest``: the scenario per profile, then the negative controls, each on a
     guest of its own, ``--lanes`` guests at a time."""
@@ -562,6 +642,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return command_run(args)
     if args.command == "certify":
         return command_certify(args)
+    if args.command == "shell":
+        return command_shell(args)
     if args.command == "cache-key":
         return command_cache_key(args)
     if args.command == "attach":

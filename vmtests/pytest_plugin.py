@@ -1,8 +1,15 @@
-"""The vmtests pytest plugin: markers, command-line options and fixtures."""
+"""The vmtests pytest plugin: markers, command-line options and fixtures.
+
+With ``--vmtests-keep``, a machine fixture (``vmtests_machine``, ``shared_reference_guest``,
+``reference_guest``) whose test failed hands its QEMU guest to the keeper instead of closing it
+(``vmtests.driver.keep_run.keep_machine``), as ``vmtests run --keep`` does; the lines that say how
+to attach and how to stop it go to the test's report and to the end of the session's summary.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import contextlib
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +43,20 @@ def pytest_configure(config: pytest.Config) -> None:
         "guest_seconds(n): the guest work of this module's xdist group, in seconds on the CI "
         "machine (docs/ci-time.md); the heaviest groups are handed out first",
     )
+    if config.getoption("--vmtests-keep", False):
+        from vmtests.driver import keep  # noqa: PLC0415
+
+        # Every QEMU of the session starts under a keeper, so that a failed test's can stay.
+        keeping = contextlib.ExitStack()
+        keeping.enter_context(keep.keeping(True))
+        config.stash[_KEEPING] = keeping
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """End ``--vmtests-keep``'s keeping."""
+    keeping = config.stash.get(_KEEPING, None)
+    if keeping is not None:
+        keeping.close()
 
 
 # ---- options, profile and machine target (the persistence scenario) ------------------------------
@@ -85,6 +106,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         default=False,
         help="allow tests marked hw to run against the --target ssh:// host (reboots it!)",
+    )
+    group.addoption(
+        "--vmtests-keep",
+        action="store_true",
+        default=False,
+        help="when a test using a machine fixture fails, leave its QEMU guest running and say "
+        "how to attach to it and how to stop it (as vmtests run --keep)",
+    )
+    group.addoption(
+        "--vmtests-keep-for",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="a kept guest powers itself off after this long (default: vmtests run's --keep-for)",
     )
 
 
@@ -227,6 +262,7 @@ def vmtests_report_dir(
 
 @pytest.fixture(scope="session")
 def vmtests_machine(
+    request: pytest.FixtureRequest,
     pytestconfig: pytest.Config,
     vmtests_resolved_target: tuple[str, Settings],
     tmp_path_factory: pytest.TempPathFactory,
@@ -243,11 +279,12 @@ def vmtests_machine(
     if target.startswith(SSH_TARGET_PREFIX) and not hardware_allowed(pytestconfig):
         pytest.skip(f"--target {target} is a real host: pass --hw-opt-in to use it")
     options = machine_options(target, found)
-    machine = machine_from_target(target, tmp_path_factory.mktemp("machine"), **options)
+    state_dir = tmp_path_factory.mktemp("machine")
+    machine = machine_from_target(target, state_dir, **options)
     try:
         yield machine
     finally:
-        machine.close()
+        close_or_keep(request, machine, state_dir, target)
 
 
 # ---- VM fixtures: the reference guest (driver) ---------------------------------------------------
@@ -266,7 +303,9 @@ def reference_image() -> ReferenceImage:
 
 @pytest.fixture(scope="session")
 def shared_reference_guest(
-    reference_image: ReferenceImage, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    reference_image: ReferenceImage,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[QemuMachine]:
     """One reference guest started once and shared by every test that can share it: booted and
     settled, restored from the snapshot cache when it can be.
@@ -276,21 +315,19 @@ def shared_reference_guest(
     """
     from vmtests.guest.image import SETTLED, start_reference_guest  # noqa: PLC0415
 
+    state_dir = tmp_path_factory.mktemp("shared-guest")
     guest = start_reference_guest(
-        tmp_path_factory.mktemp("shared-guest"),
-        name="shared",
-        image=reference_image,
-        preparation=SETTLED,
+        state_dir, name="shared", image=reference_image, preparation=SETTLED
     )
     try:
         yield guest
     finally:
-        guest.close()
+        close_or_keep(request, guest, state_dir, REFERENCE_TARGET)
 
 
 @pytest.fixture
 def reference_guest(
-    reference_image: ReferenceImage, tmp_path: Path
+    request: pytest.FixtureRequest, reference_image: ReferenceImage, tmp_path: Path
 ) -> Iterator[Callable[..., QemuMachine]]:
     """Factory: ``reference_guest(memory_mb=..., forward_ports=(8000,), name=...)`` -> started.
 
@@ -312,4 +349,81 @@ def reference_guest(
         yield start
     finally:
         for guest in guests:
-            guest.close()
+            close_or_keep(request, guest, guest.state_dir, REFERENCE_TARGET)
+
+
+# ---- --vmtests-keep: a failed test's guest stays ---------------------------------------------
+# Whether a test failed reaches its fixtures through the item's stash, as pytest's documentation
+# shows ("Making test result information available in fixtures", pytest_runtest_makereport);
+# a session fixture asks whether any test that used it failed.
+
+_KEEPING = pytest.StashKey[contextlib.ExitStack]()
+_PHASES = pytest.StashKey[dict[str, pytest.TestReport]]()
+_FAILED_FIXTURES = pytest.StashKey[set[str]]()
+_TEARING_DOWN = pytest.StashKey[pytest.Item]()
+KEPT_SECTION = "vmtests kept"
+"""The report section (teardown) that holds a kept guest's attach and stop lines."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, None]:
+    """Keep each phase's report on the item, and the fixtures of a failed test."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    item.stash.setdefault(_PHASES, {})[report.when] = report
+    if report.failed:
+        failed = item.config.stash.setdefault(_FAILED_FIXTURES, set())
+        failed.update(getattr(item, "fixturenames", ()))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """The item being torn down: a session fixture's lines go to its report."""
+    item.config.stash[_TEARING_DOWN] = item
+
+
+def used_by_a_failed_test(request: pytest.FixtureRequest) -> bool:
+    """Whether the test of a function fixture failed (setup or call), or, for a wider fixture,
+    any test that used it."""
+    if request.scope == "function":
+        return any(report.failed for report in request.node.stash.get(_PHASES, {}).values())
+    return request.fixturename in request.config.stash.get(_FAILED_FIXTURES, set())
+
+
+def close_or_keep(
+    request: pytest.FixtureRequest, machine: Machine, state_dir: Path, target: str
+) -> None:
+    """Close ``machine``; with ``--vmtests-keep`` and a failed test
+    (``used_by_a_failed_test``), hand its QEMU guest to the keeper first (state in
+    ``state_dir``) and report how to attach and stop."""
+    config = request.config
+    if config.getoption("--vmtests-keep") and used_by_a_failed_test(request):
+        from vmtests.driver import keep, keep_run  # noqa: PLC0415
+
+        keep_for = config.getoption("--vmtests-keep-for") or keep.DEFAULT_KEEP_FOR
+        state = keep_run.RunState(state_dir)
+        lines = keep_run.keep_machine(machine, state, keep_for=float(keep_for), target=target)
+        item = config.stash.get(_TEARING_DOWN, None)
+        if item is not None:
+            item.add_report_section("teardown", KEPT_SECTION, "\n".join(lines))
+    machine.close()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The kept guests' attach and stop lines (from every xdist worker's teardown reports),
+    once more at the end of the session's summary."""
+    section = f"Captured {KEPT_SECTION} teardown"
+    kept = [
+        content
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if getattr(report, "when", None) == "teardown"
+        for name, content in getattr(report, "sections", ())
+        if name == section
+    ]
+    if kept:
+        terminalreporter.write_sep("=", "vmtests: kept guests")
+        for content in kept:
+            terminalreporter.write_line(content)

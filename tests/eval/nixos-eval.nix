@@ -376,9 +376,12 @@ in
     checkFeatures = check.requiredSystemFeatures or [ ];
     buildCommand = check.report.buildCommand;
   }) (lib.filterAttrs (_: check: check ? report) flake.checks.${system});
-  # The scripts of the persistence jobs (their switch commands).
+  # The scripts of the persistence jobs (their switch commands), and of the shells.
   persistenceScripts = lib.mapAttrs (_: script: script.text) (
     lib.filterAttrs (name: _: lib.hasPrefix "persistence-" name) flake.packages.${system}
+  );
+  shellScripts = lib.mapAttrs (_: script: script.text) (
+    lib.filterAttrs (name: _: lib.hasPrefix "shell-" name) flake.packages.${system}
   );
   flakeSource = builtins.unsafeDiscardStringContext (toString flake.outPath);
   nixpkgsSource = builtins.unsafeDiscardStringContext "${flake.inputs.nixpkgs.outPath}";

@@ -27,7 +27,10 @@ def test_the_flake_has_its_outputs(flake: dict[str, Any]) -> None:
     assert {"nixosModules", "nixosConfigurations", "checks", "apps", "devShells", "formatter"} <= (
         outputs
     )
-    assert flake["apps"] == ["persistence", "persistence-cfx-llm2", "persistence-resident"]
+    assert flake["apps"] == [
+        "persistence", "persistence-cfx-llm2", "persistence-resident",
+        "shell", "shell-cfx-llm2", "shell-resident",
+    ]  # fmt: skip
     assert flake["devShells"] == ["default"]
 
 

@@ -79,7 +79,10 @@ def test_every_check_app_and_package_instantiates(nixos: dict[str, Any]) -> None
     expected |= {f"persistence-{profile}" for profile in VM_TARGETS.values()}
     assert set(checks) == expected
     assert all(path.endswith(".drv") for path in checks.values()), checks
-    assert set(nixos["apps"]) == {"persistence", "persistence-cfx-llm2", "persistence-resident"}
+    assert set(nixos["apps"]) == {
+        "persistence", "persistence-cfx-llm2", "persistence-resident",
+        "shell", "shell-cfx-llm2", "shell-resident",
+    }  # fmt: skip
     for name, derivations in nixos["apps"].items():
         assert derivations, f"app {name}'s program depends on no derivation"
         assert all(path.endswith(".drv") for path in derivations), (name, derivations)
@@ -451,6 +454,34 @@ def test_the_switch_runs_nixos_rebuild_offline_with_everything_in_the_image(
             [*shlex.split(ACTIVATION_PREFIX), f"{toplevel}/bin/switch-to-configuration", "switch"],
         ], prebuilt
         assert "${VMTESTS_SWITCH:-rebuild}" in script
+
+
+def test_the_shell_app_brings_the_same_vm_to_a_stage_with_the_same_switch(
+    nixos: dict[str, Any],
+) -> None:
+    """``nix run .#shell``: ``vmtests shell`` on the persistence job's VM, with its switches, its
+    expected system and container, at S1 unless the arguments passed through say otherwise."""
+    for profile in VM_TARGETS.values():
+        shell = nixos["shellScripts"][f"shell-{profile}"]
+        persistence = nixos["persistenceScripts"][f"persistence-{profile}"]
+        assert switch_command_lines(shell) == switch_command_lines(persistence), shell
+        assert "${VMTESTS_SWITCH:-rebuild}" in shell
+        (command,) = [line for line in _joined_lines(shell) if line.startswith("exec ")]
+        (run,) = [line for line in _joined_lines(persistence) if line.startswith("exec ")]
+        words, run_words = shlex.split(command), shlex.split(run)
+        assert words[1].endswith("/bin/vmtests"), command
+        assert words[1] == run_words[1], (command, run)
+        assert words[2] == "shell", command
+        assert words[-3:] == ["--stage", "S1", "$@"], command
+        scenario = run_words[3 : run_words.index("--report-dir")]
+        assert words[3:-3] == scenario, (command, run)
+        assert {"--profile", "--target", "--switch-command", "--expected-system"} <= set(scenario)
+        assert scenario[scenario.index("--profile") + 1] == profile
+
+
+def _joined_lines(script: str) -> list[str]:
+    """The script's lines with backslash-newline continuations joined, each stripped."""
+    return [line.strip() for line in script.replace("\\\n", " ").splitlines()]
 
 
 def test_the_preflight_dry_runs_the_activation_of_each_switch(nixos: dict[str, Any]) -> None:

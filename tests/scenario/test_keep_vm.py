@@ -1,57 +1,24 @@
 """``--keep``, ``vmtests attach``, ``vmtests stop`` and ``--deadline`` on the reference guest.
 
 The commands run as the person runs them (``python3 -m vmtests.cli`` in a process of its own,
-which ends before the kept guest does), with ``TMPDIR`` in the test's directory so that the
-guest's processes are told apart from other runs' by the paths on their command lines. A check
-of cfx-llm2 against the base fails fast, from the base deployment restored from the snapshot
-cache (``vmtests.scenario.prepared``).
+which ends before the kept guest does, ``cli_support``), with ``TMPDIR`` in the test's directory
+so that the guest's processes are told apart from other runs' by the paths on their command
+lines. A check of cfx-llm2 against the base fails fast, from the base deployment restored from
+the snapshot cache (``vmtests.scenario.prepared``).
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from cli_support import qemus_under, vmtests
 
 from vmtests.contracts.status import ExitStatus
 from vmtests.driver import keep
 
 pytestmark = [pytest.mark.vm, pytest.mark.nix, pytest.mark.guest_seconds(400)]
-
-CLI_TIMEOUT = 1200.0
-"""Seconds one command may take (a cold snapshot cache boots and deploys the base first)."""
-
-
-def vmtests(
-    tmp_path: Path, *argv: str, timeout: float = CLI_TIMEOUT
-) -> subprocess.CompletedProcess[str]:
-    """``vmtests argv`` in a process of its own, its state directories under ``tmp_path``."""
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
-    done = subprocess.run(
-        [sys.executable, "-m", "vmtests.cli", *argv],
-        capture_output=True, text=True, env=env, timeout=timeout, check=False,
-    )  # fmt: skip
-    print(done.stdout, done.stderr[-4000:], sep="\n")
-    return done
-
-
-def qemus_under(path: Path) -> list[int]:
-    """The QEMU processes whose command line names a file under ``path``."""
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if Path(argv[0].decode()).name.startswith("qemu-system") and str(
-            path
-        ).encode() in b" ".join(argv):
-            found.append(int(proc.name))
-    return found
 
 
 def kept_check(tmp_path: Path, keep_for: float) -> tuple[Path, keep.KeptState]:

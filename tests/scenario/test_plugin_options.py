@@ -73,6 +73,7 @@ def test_hw_runs_only_with_opt_in_and_ssh_target(tmp_path: Path) -> None:
     result = _pytest(tmp_path, "--hw-opt-in", "--target", "ssh://nobody@127.0.0.1:1")
     assert "reached the hardware test" in result.stdout, result.stdout + result.stderr
     assert "1 failed, 1 passed" in result.stdout
+    assert "vmtests: kept guests" not in result.stdout  # a failed test keeps only when asked
 
 
 NIGHTLY_TEST = """
@@ -238,3 +239,44 @@ def test_the_shared_guest_group_is_weighted_between_heavy_and_light_groups(tmp_p
         "test_b_light.py::test_two",
         "test_a_plain.py::test_plain",
     ]
+
+
+KEEP_TEST = """
+import pytest
+
+from vmtests.pytest_plugin import used_by_a_failed_test
+
+@pytest.fixture
+def verdict(request):
+    yield
+    path = request.config.rootpath / f"{request.node.name}.verdict"
+    path.write_text(str(used_by_a_failed_test(request)))
+
+def test_fails(vmtests_machine, verdict):
+    assert False, "fails on purpose"
+
+def test_passes(verdict):
+    pass
+"""
+
+
+def test_a_failed_tests_machine_is_kept_and_the_summary_says_how_to_reach_it(
+    tmp_path: Path,
+) -> None:
+    """--vmtests-keep: the fixtures learn which test failed (a session fixture: whether any
+    test that used it did) and the keep's lines reach the summary from the xdist worker that
+    tore the machine down. A host over ssh is never kept: its line is the ssh command."""
+    (tmp_path / "test_keep.py").write_text(KEEP_TEST)
+    target = "ssh://nobody@127.0.0.1:1"
+    result = _run_pytest(
+        tmp_path, "-n", "1", "--vmtests-keep", "--hw-opt-in", "--target", target,
+        str(tmp_path / "test_keep.py"),
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert "1 failed, 1 passed" in result.stdout, output
+    assert (tmp_path / "test_fails.verdict").read_text() == "True"
+    assert (tmp_path / "test_passes.verdict").read_text() == "False"
+    (summary,) = [line for line in result.stdout.splitlines() if "vmtests: kept guests" in line]
+    after = result.stdout.split(summary, 1)[1].splitlines()
+    assert after[1].startswith(f"not kept: {target} is a real host; reach it with: ssh "), output
+    assert after[1].endswith(" nobody@127.0.0.1"), output

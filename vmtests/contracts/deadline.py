@@ -5,7 +5,8 @@ which bounds the whole test rather than each wait. Here a timer (``SIGALRM``, ha
 main thread) raises ``DeadlineExceeded``, a ``KeyboardInterrupt``: every path that already
 handles Ctrl-C (reports written in ``finally``, the scenario's recovery, the certification's
 restore of the starting configuration, the lanes' stop) handles the deadline the same way. The
-steps say where they are (``entered``), so the run can name the step it stopped in.
+steps say where they are (``entered``), so the run can name the step it stopped in. A command
+whose bounded part is followed by a person's session (``vmtests shell``) ``lift``s it first.
 """
 
 from __future__ import annotations
@@ -48,6 +49,13 @@ def current_step() -> str:
 def passed() -> DeadlineExceeded | None:
     """The deadline that passed during the present ``run_deadline``, if one did."""
     return _passed
+
+
+def lift() -> None:
+    """No deadline from now on within the present ``run_deadline``: what follows is a person's
+    interactive session, which no timer may end. One that passed already stays ``passed``."""
+    if threading.current_thread() is threading.main_thread():
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 @contextmanager

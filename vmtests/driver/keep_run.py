@@ -42,13 +42,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="a kept guest powers itself off after this long (default: %(default)g)",
     )
+    add_deadline_argument(parser)
+
+
+def add_deadline_argument(
+    parser: argparse.ArgumentParser,
+    what: str = "stop the whole run after this long: reports written, machines closed (or kept)",
+) -> None:
+    """``--deadline`` (``vmtests.contracts.deadline``); ``what`` says what it stops."""
     parser.add_argument(
         "--deadline",
         type=float,
         default=DEFAULT_DEADLINE,
         metavar="SECONDS",
-        help="stop the whole run after this long: reports written, machines closed (or kept), "
-        "exit status 3 naming the step (default: %(default)g; 0: none)",
+        help=f"{what}, exit status 3 naming the step (default: %(default)g; 0: none)",
     )
 
 

@@ -19,9 +19,13 @@ def record_known_hosts(guest: QemuMachine, path: Path) -> Path:
     return write_known_hosts(path, "127.0.0.1", guest.ssh_port, keys)
 
 
-def ssh_to_guest(guest: QemuMachine, state_dir: Path, user: str = "root") -> SshMachine:
-    """An ``SshMachine`` for ``guest``'s forwarded sshd, not yet started."""
-    if guest.ssh_key is None:
+def ssh_to_guest(
+    guest: QemuMachine, state_dir: Path, user: str = "root", identity_file: Path | None = None
+) -> SshMachine:
+    """An ``SshMachine`` for ``guest``'s forwarded sshd, not yet started, logging in with
+    ``identity_file`` (default: the guest's own ssh key)."""
+    key = identity_file or guest.ssh_key
+    if key is None:
         raise ValueError(f"{guest.name} has no ssh key configured")
     state_dir.mkdir(parents=True, exist_ok=True)
     known_hosts = record_known_hosts(guest, state_dir / "known_hosts")
@@ -29,7 +33,7 @@ def ssh_to_guest(guest: QemuMachine, state_dir: Path, user: str = "root") -> Ssh
         host="127.0.0.1",
         port=guest.ssh_port,
         user=user,
-        identity_file=guest.ssh_key,
+        identity_file=key,
         known_hosts=known_hosts,
         name=f"{guest.name}-ssh",
     )

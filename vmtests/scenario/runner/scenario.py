@@ -17,7 +17,8 @@ machine runs (``Switcher.record_generation``), and a run that fails, breaks or i
 back to it or leaves the machine as it is (``recovery.py``), saying how to go back either way.
 
 ``Scenario.check`` is ``vmtests check``: one snapshot of the machine as it is, every
-single-snapshot check, no switch, no reboot, no restart.
+single-snapshot check, no switch, no reboot, no restart. ``until`` ends the run after a stage's
+checks (``vmtests shell`` brings a machine to that stage this way).
 
 Every wait is bounded by the run's settings (``ready_timeout``, ``reboot_timeout``: the
 environment's, a host's file's or the target's options, ``vmtests.guest.host_settings``).
@@ -71,6 +72,9 @@ from vmtests.scenario.runner.versions import (
 
 CHECK = "check"
 """The stage label of ``vmtests check``'s one snapshot."""
+STAGES = ("S0", "S1", "S2")
+"""The scenario's stages in order: the base (S0), switched (S1), rebooted (S2); ``until`` takes
+one of them."""
 ROLLBACK_STAGE = "rollback"
 """The stage label of the snapshot taken after a rollback."""
 
@@ -151,6 +155,9 @@ class Scenario:
     the container, port and API key file; ``start_machine=False`` runs on a machine already
     started. With ``preflight``, the run refuses what would fail for another reason and records
     the generation to go back to, as ``on_failure`` (``rollback_command`` overriding how).
+    ``until`` (one of ``STAGES``) ends the run once that stage is checked, the machine left
+    there: S0 after the base's snapshot, S1 after the switch's, S2 (the default) after the
+    reboot's, which is the whole run.
     """
 
     machine: Machine
@@ -164,9 +171,12 @@ class Scenario:
     preflight: bool = False
     on_failure: OnFailure = OnFailure.LEAVE
     rollback_command: str | None = None
+    until: str = STAGES[-1]
     result: ScenarioResult = field(init=False)
 
     def __post_init__(self) -> None:
+        if self.until not in STAGES:
+            raise ValueError(f"until must be one of {', '.join(STAGES)}, not {self.until!r}")
         meter = DriverMeter()
         self._stop_metering = self.machine.observe(meter.record)
         self._switched = False
@@ -395,6 +405,8 @@ class Scenario:
             if self.base_profile is not None:
                 checks += [replace(r, base=True) for r in check_profile(self.base_profile, s0)]
             self._record("checks S0", checks)
+            if self.until == "S0":
+                return
             with self.step("switch"):
                 self._switched = True
                 switcher.switch(self.machine, profile)
@@ -410,6 +422,8 @@ class Scenario:
             if self.result.failures:
                 self.result.stopped_at = "S1"
                 log.warning("S1 failed: the machine is not rebooted (the evidence is collected)")
+                return
+            if self.until == "S1":
                 return
             with self.step("reboot"):
                 self.machine.reboot(self.settings.reboot_timeout)

@@ -1,0 +1,210 @@
+"""``vmtests shell``: a machine brought to a stage of the persistence scenario, and a way in.
+
+The scenario itself (``Scenario`` with ``until``) takes a fresh machine to S0 (the base
+deployed, its snapshot taken and checked), S1 (switched, checked) or S2 (rebooted, checked).
+Then, whatever the checks said (a failed stage is what one wants to look at; the failed checks
+are printed first), the person gets an interactive Python prompt with the machine, the profile,
+the scenario and its snapshot and check functions bound, as the nixpkgs interactive driver gives
+one with its machines bound (NixOS/nixpkgs nixos/lib/test-driver/src/test_driver/__init__.py,
+``--interactive``; there ptpython, here the standard library's ``code.interact``); or, with
+``--sh``, the guest's login shell over ssh with a terminal (``login_argv``), whose exit status
+becomes the command's.
+
+Only Ctrl-C and the deadline stop before the prompt. The run's deadline
+(``vmtests.contracts.deadline``) bounds bringing the machine to the stage; it is lifted before the
+prompt opens, so no deadline ends an interactive session. When the prompt or the shell ends,
+the caller closes the machine as after any run: a QEMU guest is powered off, a host over ssh
+left as it is.
+"""
+
+from __future__ import annotations
+
+import code
+import contextlib
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from vmtests.contracts import deadline
+from vmtests.driver.machine import Machine
+from vmtests.driver.qemu import QemuMachine
+from vmtests.driver.ssh import SshMachine
+from vmtests.guest.access import ssh_to_guest
+from vmtests.scenario.collection.redact import redact_text
+from vmtests.scenario.judgement.checks import check_profile, check_service, evaluate_stage
+from vmtests.scenario.judgement.compare import (
+    check_durable,
+    check_rebooted,
+    check_restarted,
+    diff_snapshots,
+)
+from vmtests.scenario.runner.scenario import Scenario
+
+SESSION_KEY = "shell-key"
+"""The ssh key made for ``--sh`` on a QEMU guest that has none of the suite's (a NixOS VM)."""
+GUEST_USER = "root"
+"""Who ``--sh`` logs in as on a QEMU guest: the instrumentation contract's ssh user."""
+
+
+def enter(scenario: Scenario, state_dir: Path, *, sh: bool = False) -> int | None:
+    """Bring ``scenario``'s machine to its stage (``bring_to_stage``), lift the deadline, then
+    open the prompt (``interact``) or, with ``sh``, the guest's login shell (``login_shell``,
+    files in ``state_dir``). Returns the shell's exit status, the prompt's ``exit(n)``, or None
+    when the person left the prompt with Ctrl-D (the stage's outcome is then the status)."""
+    bring_to_stage(scenario)
+    deadline.lift()
+    if sh:
+        return login_shell(scenario.machine, state_dir)
+    return interact(scenario)
+
+
+def bring_to_stage(scenario: Scenario) -> None:
+    """Run ``scenario`` until its stage and print the outcome. A failed check, a broken run or
+    a refusing preflight is printed, not raised: the prompt follows all the same. Ctrl-C and
+    the deadline (``KeyboardInterrupt``) are raised."""
+    # The result holds the error (and the evidence); printed below.
+    with contextlib.suppress(Exception):
+        scenario.run()
+    print(outcome_lines(scenario))
+
+
+def outcome_lines(scenario: Scenario) -> str:
+    """What became of bringing the machine to the stage: the verdict, each failed check, the
+    run's error, where the evidence and the way back are."""
+    result, stage = scenario.result, scenario.until
+    verdict = "reached" if result.ok else "FAILED"
+    lines = [
+        f"\n{stage} {verdict}: profile {result.profile.name} on {result.target}: "
+        f"{len(result.checks)} checks, {len(result.failures)} failed, {result.wall_seconds:.1f}s"
+    ]
+    lines += [f"  {redact_text(str(failure))}" for failure in result.failures]
+    if result.error:
+        lines.append(f"  run error: {redact_text(result.error)}")
+    if result.stopped_at and result.stopped_at != stage:
+        lines.append(f"  stopped after {result.stopped_at}: it failed, so it was not rebooted")
+    lines += [f"  evidence of {name}: result.evidence[{name!r}]" for name in result.evidence]
+    if result.recovery is not None:
+        lines.append(f"  {result.recovery.action}: {result.recovery.message}")
+    return "\n".join(lines)
+
+
+def namespace(scenario: Scenario) -> dict[str, Any]:
+    """The names the prompt binds (``BOUND`` describes each)."""
+    return {
+        "machine": scenario.machine,
+        "profile": scenario.profile,
+        "scenario": scenario,
+        "result": scenario.result,
+        "settings": scenario.settings,
+        "snapshot": scenario.snapshot,
+        "evaluate_stage": evaluate_stage,
+        "check_profile": check_profile,
+        "check_service": check_service,
+        "check_restarted": check_restarted,
+        "check_rebooted": check_rebooted,
+        "check_durable": check_durable,
+        "diff_snapshots": diff_snapshots,
+    }
+
+
+BOUND = {
+    "machine": "the machine (succeed, execute, wait_for_unit, journal, reboot, ...)",
+    "profile": "the expectation profile",
+    "scenario": "the scenario that brought the machine here",
+    "result": "its result: checks, failures, snapshots['S0'...], evidence, error",
+    "settings": "the host's settings (timeouts, container, port)",
+    "snapshot": "snapshot(label): take and keep a snapshot (result.snapshots[label])",
+    "evaluate_stage": "evaluate_stage(profile, snap[, previous]): every single-snapshot check",
+    "check_profile": "check_profile(profile, snap): the profile's expectations",
+    "check_service": "check_service(snap): active, not restarting, /health, /v1/models",
+    "check_restarted": "check_restarted(before, after): the switch restarted the unit",
+    "check_rebooted": "check_rebooted(before, after): a new boot",
+    "check_durable": "check_durable(before, after, profile): the durable fields are equal",
+    "diff_snapshots": "diff_snapshots(before, after, profile): the fields that differ",
+}
+
+
+def banner(scenario: Scenario) -> str:
+    """The prompt's banner: where the machine is, the names bound, how to leave and what
+    happens to the machine then."""
+    machine = scenario.machine
+    width = max(len(name) for name in BOUND)
+    names = [f"  {name:<{width}}  {what}" for name, what in BOUND.items()]
+    end = (
+        "the guest is powered off when you leave"
+        if isinstance(machine, QemuMachine)
+        else f"{machine.name} is left as it is when you leave"
+    )
+    return "\n".join(
+        [
+            f"vmtests shell: {machine.name} at {scenario.until}, profile {scenario.profile.name}",
+            "bound:",
+            *names,
+            f"Ctrl-D (or exit()) leaves; {end}.",
+        ]
+    )
+
+
+def interact(scenario: Scenario) -> int | None:
+    """The interactive Python prompt (``code.interact``) with ``namespace`` bound; line editing
+    and completion of the bound names when ``readline`` is there. Returns ``exit(n)``'s status,
+    or None after Ctrl-D."""
+    bound = namespace(scenario)
+    with contextlib.suppress(ImportError):
+        import readline  # noqa: PLC0415  (line editing for input(), where it exists)
+        import rlcompleter  # noqa: PLC0415
+
+        readline.set_completer(rlcompleter.Completer(bound).complete)
+        readline.parse_and_bind("tab: complete")
+    end = "powering the guest off" if isinstance(scenario.machine, QemuMachine) else "leaving"
+    try:
+        code.interact(banner=banner(scenario), local=bound, exitmsg=f"vmtests shell: {end}")
+    except SystemExit as leaving:  # exit(n) at the prompt
+        return exit_code(leaving.code)
+    return None
+
+
+def exit_code(code_: object) -> int:
+    """The exit status ``sys.exit(code_)`` gives: None is 0, an int itself, anything else 1."""
+    if code_ is None:
+        return 0
+    return code_ if isinstance(code_, int) else 1
+
+
+def login_shell(machine: Machine, state_dir: Path) -> int:
+    """The machine's login shell over ssh with a terminal; its exit status."""
+    argv = login_argv(machine, state_dir)
+    print(f"vmtests shell: {' '.join(argv)}")
+    return subprocess.run(argv, check=False).returncode
+
+
+def login_argv(machine: Machine, state_dir: Path) -> list[str]:
+    """The ssh command line of an interactive login shell (``-t``, no command) on ``machine``:
+    a host's own ssh options, or a QEMU guest's forwarded sshd with its host key pinned
+    (``vmtests.guest.access.ssh_to_guest``), the suite's key or else one made for the session
+    (``authorize_session_key``)."""
+    if isinstance(machine, QemuMachine):
+        key = machine.ssh_key or authorize_session_key(machine, state_dir / SESSION_KEY)
+        machine = ssh_to_guest(machine, state_dir / "ssh", GUEST_USER, identity_file=key)
+    if not isinstance(machine, SshMachine):
+        raise TypeError(f"--sh: {machine.name} is neither a QEMU guest nor reached over ssh")
+    argv = machine.ssh_argv("")[:-1]
+    return ["-t" if word == "-T" else word for word in argv]
+
+
+def authorize_session_key(guest: QemuMachine, key: Path) -> Path:
+    """Make an ssh key pair at ``key`` and authorize it for root on ``guest`` through the
+    backdoor: a guest built with another key (the NixOS VM has nixpkgs' test key,
+    hosts/vm-test/common.nix) lets the session in all the same."""
+    key.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "vmtests-shell", "-f", str(key)],
+        check=True,
+        capture_output=True,
+    )
+    public = key.with_name(key.name + ".pub").read_text().strip()
+    guest.succeed(
+        "umask 077 && mkdir -p /root/.ssh && printf '%%s\\n' %s >> /root/.ssh/authorized_keys",
+        public,
+    )
+    return key

@@ -29,7 +29,10 @@ def expect(child: pexpect.spawn, pattern: str, log: Path, timeout: float) -> Non
         child.expect(pattern, timeout=timeout)
     except (pexpect.TIMEOUT, pexpect.EOF) as error:
         tail = log.read_text(errors="replace")[-4000:]
-        pytest.fail(f"no {pattern!r} ({type(error).__name__}); the terminal's last output:\n{tail}")
+        pytest.fail(
+            f"no {pattern!r} within {timeout:.0f}s ({type(error).__name__}); the terminal's last "
+            f"output:\n{tail}"
+        )
 
 
 def test_the_shell_at_s1_gives_a_prompt_where_the_machine_answers(tmp_path: Path) -> None:

@@ -133,8 +133,8 @@
       };
 
       # The shell lines that set $switch to the switch $VMTESTS_SWITCH picks, and the options of
-      # the scenario on the base VM that every job passes: the VM, the switch, the system it
-      # must activate, the module's container.
+      # the scenario on the base VM that every job passes, on one line for the caller to place:
+      # the VM, the switch, the system it must activate, the module's container.
       vmScenario =
         profile: target:
         let
@@ -147,15 +147,15 @@
               prebuilt) switch=${lib.escapeShellArg commands.prebuilt} ;;
               *) echo "VMTESTS_SWITCH must be rebuild or prebuilt, not $VMTESTS_SWITCH" >&2; exit 2 ;;
             esac
-            echo "vmtests: switching with ''${VMTESTS_SWITCH:-rebuild}: $switch" >&2
+            echo "vmtests: the switch command (VMTESTS_SWITCH=''${VMTESTS_SWITCH:-rebuild}): $switch" >&2
           '';
-          options = ''
-            --profile ${profile} \
-            --target qemu-nixos:${vmBase.config.system.build.vm}/bin/run-${vmBase.config.system.name}-vm \
-            --switch-command "$switch" \
-            --expected-system ${toplevel target} \
-            --container tenstorrent-serving \
-          '';
+          options = lib.concatStringsSep " " [
+            "--profile ${lib.escapeShellArg profile}"
+            "--target ${lib.escapeShellArg "qemu-nixos:${vmBase.config.system.build.vm}/bin/run-${vmBase.config.system.name}-vm"}"
+            ''--switch-command "$switch"''
+            "--expected-system ${lib.escapeShellArg (toplevel target)}"
+            "--container tenstorrent-serving"
+          ];
         };
       # The main job for one serving profile: boot the base VM, switch it to the profile's target,
       # reboot, and prove every flag, variable and banner survived. The first argument is the
@@ -170,23 +170,32 @@
         in
         pkgs.writeShellScript "vmtests-persistence-${profile}" ''
           ${scenario.pickSwitch}
-          exec ${vmtests}/bin/vmtests run \
-            ${scenario.options} --report-dir "''${1:-$PWD/vmtests-report-${profile}}"
+          exec ${vmtests}/bin/vmtests run ${scenario.options} \
+            --report-dir "''${1:-$PWD/vmtests-report-${profile}}"
         '';
       # `nix run .#shell`: the same VM and switch, brought to a stage of the scenario (S1 by
       # default: switched and checked) by `vmtests shell`, then a Python prompt with the machine
-      # bound, or the guest's shell with --sh; every argument goes on to `vmtests shell`, where
-      # a later option wins (`nix run .#shell -- --stage S2 --sh`); `shell-<profile>` for another
-      # profile (its switch and system are the profile's). Leaving it powers the VM off.
+      # bound, or the guest's shell with --sh; the arguments go on to `vmtests shell`, where a
+      # later option wins (`nix run .#shell -- --stage S2 --sh`). The profile, the VM, the switch
+      # and the system it must activate belong together and are the app's: `shell-<profile>`
+      # for another profile; --profile, --target, --switch-command, --expected-system and
+      # --reference-switch are refused. Leaving it powers the VM off.
       shell =
         profile: target:
         let
           scenario = vmScenario profile target;
         in
         pkgs.writeShellScript "vmtests-shell-${profile}" ''
+          for argument in "$@"; do
+            case $argument in
+              --profile | --profile=* | --target | --target=* | --switch-command | --switch-command=* | \
+              --expected-system | --expected-system=* | --reference-switch)
+                echo "nix run .#shell: $argument is the app's own; use nix run .#shell-<profile>" >&2
+                exit 2 ;;
+            esac
+          done
           ${scenario.pickSwitch}
-          exec ${vmtests}/bin/vmtests shell \
-            ${scenario.options} --stage S1 "$@"
+          exec ${vmtests}/bin/vmtests shell ${scenario.options} --stage S1 "$@"
         '';
       # The reports of one profile's main job, kept in the store whether it passes or fails:
       # with `succeedOnFailure` a failing run still produces its output and

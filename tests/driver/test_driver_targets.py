@@ -71,6 +71,7 @@ exec qemu-system-x86_64 -machine accel=kvm:tcg -cpu max -name standin -m 1024 -s
 """
 
 
+@pytest.mark.nightly
 @pytest.mark.vm
 def test_nixos_mode_boots_through_a_run_vm_script(
     reference_image: ReferenceImage, tmp_path: Path

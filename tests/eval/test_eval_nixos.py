@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from nixos_support import (
 from rendered_unit import RenderedUnit, rendered_unit
 
 from vmtests import nixos_eval
+from vmtests.cli import build_parser
 from vmtests.contracts.instrumentation import (
     CONSOLE_LOG_LEVEL,
     GUEST_CPUS,
@@ -40,7 +42,7 @@ from vmtests.contracts.instrumentation import (
     KERNEL_PARAMS,
 )
 from vmtests.contracts.paths import REPO_ROOT
-from vmtests.contracts.serving import Hugepages
+from vmtests.contracts.serving import SERVING_CONTAINER, Hugepages
 from vmtests.driver import accel, qemu_launch
 from vmtests.nixos_eval import (
     NixosEvalUnavailable,
@@ -477,6 +479,23 @@ def test_the_shell_app_brings_the_same_vm_to_a_stage_with_the_same_switch(
         assert words[3:-3] == scenario, (command, run)
         assert {"--profile", "--target", "--switch-command", "--expected-system"} <= set(scenario)
         assert scenario[scenario.index("--profile") + 1] == profile
+        # What vmtests shell itself makes of the line (the switch as the case block sets it).
+        args = build_parser().parse_args([word.replace("$switch", "true") for word in words[2:-1]])
+        assert (args.command, args.profile, args.stage) == ("shell", profile, "S1")
+        assert (args.container, args.switch_command) == (SERVING_CONTAINER, "true")
+        assert args.target.startswith("qemu-nixos:/nix/store/"), args.target
+        for text in (shell, persistence):  # the eval tier never builds them: bash reads them
+            checked = subprocess.run(
+                ["bash", "-n"], input=text, capture_output=True, text=True, timeout=30, check=False
+            )
+            assert checked.returncode == 0, checked.stderr
+        # What belongs to the app is refused before anything runs.
+        refused = subprocess.run(
+            ["bash", "-c", shell, "shell", "--stage", "S2", "--profile=resident"],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        assert refused.returncode == 2, refused.stderr
+        assert "--profile=resident is the app's own" in refused.stderr
 
 
 def _joined_lines(script: str) -> list[str]:

@@ -21,14 +21,12 @@ from vmtests.scenario.install.reference_switch import ReferenceSwitch
 
 PRE_MERGE_NAMES = (
     "runtime drop-in",
-    "unit changed, not restarted",
     "banner without its switch",
     "engine runs without prefix caching",
     "service restarts on its own while answering",
     "journal flooded at startup",
     "env file under /run",
     "unrelated manager variable (false alarm)",
-    "hugepages written at runtime",
     "serving unit not enabled",
     "transient unit",
 )

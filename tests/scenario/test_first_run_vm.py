@@ -201,6 +201,7 @@ def test_a_switch_that_changes_nothing_is_refused(base_guest: BaseGuest) -> None
     assert "S0" not in data["snapshots"]
 
 
+@pytest.mark.nightly
 def test_the_api_key_gives_a_clear_401_and_passes_with_its_file(base_guest: BaseGuest) -> None:
     machine = base_guest.machine
     with api_key_required(machine) as key_file:

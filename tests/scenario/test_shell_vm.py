@@ -35,6 +35,7 @@ def expect(child: pexpect.spawn, pattern: str, log: Path, timeout: float) -> Non
         )
 
 
+@pytest.mark.nightly
 def test_the_shell_at_s1_gives_a_prompt_where_the_machine_answers(tmp_path: Path) -> None:
     log = tmp_path / "terminal.log"
     with log.open("w") as logfile:

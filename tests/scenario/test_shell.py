@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from scenario_support import good_snapshot
+from scenario_support import CommandsOnly, good_snapshot
 
 from vmtests import cli
 from vmtests.contracts import deadline
@@ -31,7 +31,7 @@ from vmtests.scenario.runner.scenario import STAGES, Scenario
 CFX = load_profile("cfx-llm2")
 
 
-class FakeMachine(Machine):
+class FakeMachine(CommandsOnly):
     """A machine whose commands all succeed with no output but the boot ID, and whose reboot
     begins a new boot; it counts starts and reboots."""
 
@@ -50,11 +50,6 @@ class FakeMachine(Machine):
 
     def _issue_reboot(self) -> None:
         self.boot += 1
-
-    def _shutdown(self, timeout: float) -> None: ...
-    def _crash(self) -> None: ...
-    def _close(self) -> None: ...
-    def _wait_until_answering(self, deadline: float) -> None: ...
 
 
 class FakeSwitch:

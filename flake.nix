@@ -190,7 +190,7 @@
             case $argument in
               --profile | --profile=* | --target | --target=* | --switch-command | --switch-command=* | \
               --expected-system | --expected-system=* | --reference-switch)
-                echo "nix run .#shell: $argument is the app's own; use nix run .#shell-<profile>" >&2
+                echo "vmtests-shell-${profile}: $argument is set by the app (its profile, VM, switch and system belong together; each profile has its own app, nix run .#shell-<profile>)" >&2
                 exit 2 ;;
             esac
           done

@@ -148,8 +148,14 @@ in
       };
     };
 
+    # `vmtests shell --sh` reaches the VM's sshd on the forwarded port 22 and logs in with a key
+    # it appends to root's ~/.ssh/authorized_keys over the backdoor: both are nixpkgs' defaults
+    # (nixos/modules/services/networking/ssh/sshd.nix, openFirewall, authorizedKeysInHomedir),
+    # said here so that a host configuration hardening them fails the evaluation, not the shell.
     services.openssh = {
       enable = true;
+      openFirewall = true;
+      authorizedKeysInHomedir = true;
       settings.PermitRootLogin = "prohibit-password";
     };
     users.users.${contract.sshUser}.openssh.authorizedKeys.keys = cfg.authorizedKeys;

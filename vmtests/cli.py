@@ -161,8 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _shell_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``vmtests shell`` (``vmtests.scenario.runner.stage_shell``)."""
+    # No abbreviations: `nix run .#shell` refuses the options that are the app's own by name.
     shell = commands.add_parser(
         "shell",
+        allow_abbrev=False,
         help="bring a fresh machine to a stage of the scenario (S0 base, S1 switched, S2 "
         "rebooted) and open a Python prompt on it, or its login shell (--sh)",
     )

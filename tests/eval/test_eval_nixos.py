@@ -495,7 +495,7 @@ def test_the_shell_app_brings_the_same_vm_to_a_stage_with_the_same_switch(
             capture_output=True, text=True, timeout=30, check=False,
         )  # fmt: skip
         assert refused.returncode == 2, refused.stderr
-        assert "--profile=resident is the app's own" in refused.stderr
+        assert "--profile=resident is set by the app" in refused.stderr
 
 
 def _joined_lines(script: str) -> list[str]:

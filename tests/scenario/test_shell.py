@@ -135,6 +135,16 @@ def test_a_stage_that_is_not_s0_s1_or_s2_is_refused_by_the_parser(
     assert "--stage" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("option", ["--prof=resident", "--targ=qemu:reference", "--ref"])
+def test_an_abbreviated_option_is_refused(option: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``nix run .#shell`` refuses the app's own options by their full names, which an
+    abbreviation would slip past."""
+    with pytest.raises(SystemExit) as raised:
+        cli.main(["shell", "--profile", "cfx-llm2", "--stage", "S0", option])
+    assert raised.value.code == ExitStatus.USAGE
+    assert "unrecognized arguments" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("stage", "what"), [("S1", "switches it;"), ("S2", "and reboots it;")])
 def test_a_host_at_s1_or_s2_needs_the_hardware_opt_in(
     stage: str, what: str, capsys: pytest.CaptureFixture[str]

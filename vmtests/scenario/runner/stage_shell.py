@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from vmtests.contracts import deadline
+from vmtests.contracts.instrumentation import SSH_PORT
 from vmtests.driver.machine import Machine
 from vmtests.driver.qemu import QemuMachine
 from vmtests.driver.ssh import SshMachine
@@ -184,6 +185,8 @@ def login_argv(machine: Machine, state_dir: Path) -> list[str]:
     (``vmtests.guest.access.ssh_to_guest``), the suite's key or else one made for the session
     (``authorize_session_key``)."""
     if isinstance(machine, QemuMachine):
+        # sshd may still be starting (S0 right after the boot): its host keys are read next.
+        machine.wait_for_open_port(SSH_PORT)
         key = machine.ssh_key or authorize_session_key(machine, state_dir / SESSION_KEY)
         machine = ssh_to_guest(machine, state_dir / "ssh", GUEST_USER, identity_file=key)
     if not isinstance(machine, SshMachine):

@@ -99,17 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run the persistence scenario on one target")
     _target_arguments(run, "vmtests-report")
     _switch_arguments(run)
-    run.add_argument(
-        "--on-failure",
-        choices=tuple(OnFailure),
-        help="after a failure, an error or Ctrl-C: go back to the generation recorded before "
-        "the switch (default for ssh://) or leave the machine as it is (default for VMs)",
-    )
-    run.add_argument(
-        "--rollback-command",
-        help="how to go back instead of the recorded generation's own command; {generation} "
-        "is replaced by it (the toplevel store path on NixOS)",
-    )
+    _going_back_arguments(run, "after a failure, an error or Ctrl-C")
     run.add_argument(
         "--plan", action="store_true", help="print every step and command; change nothing"
     )
@@ -176,6 +166,9 @@ def _shell_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         "--sh", action="store_true", help="the guest's login shell over ssh instead of Python"
     )
     _switch_arguments(shell)
+    _going_back_arguments(
+        shell, "after a failed stage, an error or Ctrl-C, and when the session ends"
+    )
     shell.add_argument(
         "--hw-opt-in",
         action="store_true",
@@ -185,6 +178,29 @@ def _shell_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         shell, "stop bringing the machine to its stage after this long (the prompt that follows "
         "has no deadline): the machine closed"
     )  # fmt: skip
+
+
+def _going_back_arguments(parser: argparse.ArgumentParser, when: str) -> None:
+    """``--on-failure`` and ``--rollback-command`` (``_on_failure``)."""
+    parser.add_argument(
+        "--on-failure",
+        choices=tuple(OnFailure),
+        help=f"{when}: go back to the generation recorded before the switch (default for "
+        "ssh://) or leave the machine as it is (default for VMs)",
+    )
+    parser.add_argument(
+        "--rollback-command",
+        help="how to go back instead of the recorded generation's own command; {generation} "
+        "is replaced by it (the toplevel store path on NixOS)",
+    )
+
+
+def _on_failure(args: argparse.Namespace, target: str) -> OnFailure:
+    """``--on-failure``, by default ``ROLLBACK`` on an ``ssh://`` target, else ``LEAVE``."""
+    return OnFailure(
+        args.on_failure
+        or (OnFailure.ROLLBACK if target.startswith(SSH_TARGET_PREFIX) else OnFailure.LEAVE)
+    )
 
 
 def _switch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -378,10 +394,7 @@ def command_run(args: argparse.Namespace) -> int:
             "pass --hw-opt-in to allow that (--plan needs none: it changes nothing)"
         )
     switcher = _switcher(args, profile, target, found)
-    on_failure = OnFailure(
-        args.on_failure
-        or (OnFailure.ROLLBACK if target.startswith(SSH_TARGET_PREFIX) else OnFailure.LEAVE)
-    )
+    on_failure = _on_failure(args, target)
     if args.plan:
         return command_plan(
             args, profile, target=target, found=found, switcher=switcher, on_failure=on_failure
@@ -503,7 +516,10 @@ def command_shell(args: argparse.Namespace) -> int:
     """``vmtests shell``: a fresh machine brought to ``--stage`` by the scenario itself, then a
     Python prompt on it, or its login shell (``vmtests.scenario.runner.stage_shell``). On
     ``qemu:reference`` the guest starts from the base deployment (as ``vmtests check``'s);
-    ``--stage S0`` of a host needs no switch command: nothing is switched."""
+    ``--stage S0`` of a host needs no switch command: nothing is switched. A host switched at
+    S1 or S2 goes back to the generation it was found on when the session ends, and at once
+    when its stage fails (``--on-failure rollback``, the default on ``ssh://``: the run then
+    refuses to switch a host whose generation it cannot record)."""
     profile = _load(args.profile)
     target, found = _settings(args)
     on_host, changes = target.startswith(SSH_TARGET_PREFIX), args.stage != STAGES[0]
@@ -529,12 +545,14 @@ def command_shell(args: argparse.Namespace) -> int:
     ):
         if args.reference_switch:
             _require_reference_guest(machine)
+        on_failure = _on_failure(args, target)
         scenario = Scenario(
             machine, profile, switcher, target=args.target, settings=found, until=args.stage,
             base_profile=_load(BASE_PROFILE) if reference else None, start_machine=not started,
-            preflight=changes,
+            preflight=changes, on_failure=on_failure, rollback_command=args.rollback_command,
         )  # fmt: skip
-        status = stage_shell.enter(scenario, state.path, sh=args.sh)
+        go_back = on_failure == OnFailure.ROLLBACK
+        status = stage_shell.enter(scenario, state.path, sh=args.sh, go_back=go_back)
     return exit_status(scenario.result) if status is None else status
 
 

@@ -16,6 +16,7 @@ from scenario_support import CommandsOnly, good_snapshot
 
 from vmtests import cli
 from vmtests.contracts import deadline
+from vmtests.contracts.findings import Check, Reason
 from vmtests.contracts.status import ExitStatus, RunStatus
 from vmtests.driver.machine import CommandResult, Machine
 from vmtests.driver.ssh import SshMachine
@@ -24,9 +25,12 @@ from vmtests.scenario.collection.snapshot import Snapshot
 from vmtests.scenario.install.generations import DryRun, Generation
 from vmtests.scenario.install.switching import NoSwitch
 from vmtests.scenario.judgement.checks import evaluate_stage
+from vmtests.scenario.judgement.results import CheckResult
 from vmtests.scenario.runner import scenario as scenario_module
 from vmtests.scenario.runner import stage_shell
-from vmtests.scenario.runner.scenario import STAGES, Scenario
+from vmtests.scenario.runner.preflight import PREFLIGHT, Preflight
+from vmtests.scenario.runner.recovery import Action, OnFailure, Recovery
+from vmtests.scenario.runner.scenario import ROLLBACK_STAGE, STAGES, Scenario
 
 CFX = load_profile("cfx-llm2")
 
@@ -168,9 +172,13 @@ def test_s0_of_a_host_needs_neither_opt_in_nor_switch_and_ctrl_d_gives_the_stage
     """Nothing is switched at S0: no switch command, no preflight; leaving the prompt with
     Ctrl-D exits with the stage's status, ``exit(n)`` with n."""
     seen: list[Scenario] = []
+    backs: list[bool] = []
 
-    def enter(scenario: Scenario, state_dir: Path, *, sh: bool = False) -> int | None:
+    def enter(
+        scenario: Scenario, state_dir: Path, *, sh: bool = False, go_back: bool = False
+    ) -> int | None:
         seen.append(scenario)
+        backs.append(go_back)
         scenario.result.status = RunStatus.FINISHED
         return left
 
@@ -181,6 +189,8 @@ def test_s0_of_a_host_needs_neither_opt_in_nor_switch_and_ctrl_d_gives_the_stage
     (scenario,) = seen
     assert isinstance(scenario.switcher, NoSwitch)
     assert (scenario.until, scenario.preflight, scenario.start_machine) == ("S0", False, True)
+    # A host goes back to the generation it was found on (here nothing was switched).
+    assert (scenario.on_failure, backs) == (OnFailure.ROLLBACK, [True])
 
 
 def test_a_failed_stage_is_printed_and_the_prompt_follows(
@@ -193,7 +203,7 @@ def test_a_failed_stage_is_printed_and_the_prompt_follows(
     monkeypatch.setattr(scenario_module, "stands_in_for", lambda *args: None)
     monkeypatch.setattr(Scenario, "collect_evidence", lambda self, stage: None)
     prompts: list[Scenario] = []
-    monkeypatch.setattr(stage_shell, "interact", prompts.append)
+    monkeypatch.setattr(stage_shell, "interact", lambda scenario, go_back: prompts.append(scenario))
     scenario = Scenario(FakeMachine(), CFX, FakeSwitch(), until="S1")
     assert stage_shell.enter(scenario, Path("/nonexistent")) is None
     assert prompts == [scenario]
@@ -283,3 +293,106 @@ def test_the_outcome_names_each_failed_check_and_where_the_evidence_is() -> None
     assert first.startswith("S1 FAILED: profile cfx-llm2 on fake: ")
     assert len([line for line in rest if "FAIL" in line]) == len(scenario.result.failures) > 0
     assert "  evidence of S1: result.evidence['S1']" in rest
+
+
+# ---- a host the shell switched goes back to the generation it was found on -------------------
+
+ROLLED_BACK = Recovery(Action.ROLLED_BACK, "go-back", "rolled back to generation 1", True)
+
+
+@pytest.fixture
+def on_a_host(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The preflight holds (and records the generation, ``FakeSwitch``); each recovery is
+    recorded as its ``on_failure`` and rolls back."""
+    monkeypatch.setattr(scenario_module, "run_preflight", lambda *args: Preflight())
+    monkeypatch.setattr(Scenario, "collect_evidence", lambda self, stage: None)
+    recoveries: list[str] = []
+
+    def recover(machine: Machine, generation: Generation, **options: object) -> Recovery:
+        recoveries.append(f"{options['on_failure']} {generation.description}")
+        return ROLLED_BACK
+
+    monkeypatch.setattr(scenario_module, "recover", recover)
+    return recoveries
+
+
+def _host_scenario(until: str, switch: FakeSwitch | None = None) -> Scenario:
+    return Scenario(
+        FakeMachine(), CFX, switch or FakeSwitch(), until=until, preflight=True,
+        on_failure=OnFailure.ROLLBACK,
+    )  # fmt: skip
+
+
+@pytest.mark.usefixtures("fake_steps")
+@pytest.mark.parametrize("left", [None, 7, "an error at the prompt"])
+def test_leaving_the_prompt_puts_a_switched_host_back(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    on_a_host: list[str],
+    left: int | str | None,
+) -> None:
+    """Ctrl-D, exit(n) or an error at the prompt: the recorded generation comes back."""
+
+    def prompt(scenario: Scenario, go_back: bool) -> int | None:
+        assert "leaving puts fake back on generation 1" in stage_shell.banner(scenario, go_back)
+        if left == "an error at the prompt":
+            raise RuntimeError(left)
+        assert not isinstance(left, str)
+        return left
+
+    monkeypatch.setattr(stage_shell, "interact", prompt)
+    scenario = _host_scenario("S1")
+    if isinstance(left, str):
+        with pytest.raises(RuntimeError):
+            stage_shell.enter(scenario, Path("/nonexistent"), go_back=True)
+    else:
+        assert stage_shell.enter(scenario, Path("/nonexistent"), go_back=True) == left
+    assert on_a_host == ["rollback generation 1"]
+    out = capsys.readouterr().out
+    assert "found on generation 1; the way back, as root on the machine: go-back" in out
+    assert "vmtests shell: rolled back: rolled back to generation 1" in out
+    assert ROLLBACK_STAGE in scenario.result.snapshots
+
+
+@pytest.mark.usefixtures("fake_steps")
+def test_ctrl_c_while_switching_puts_the_host_back_and_says_so(
+    capsys: pytest.CaptureFixture[str], on_a_host: list[str]
+) -> None:
+    class Interrupted(FakeSwitch):
+        def switch(self, machine: Machine, profile: Profile) -> None:
+            raise KeyboardInterrupt
+
+    scenario = _host_scenario("S1", Interrupted())
+    with pytest.raises(KeyboardInterrupt):
+        stage_shell.enter(scenario, Path("/nonexistent"), go_back=True)
+    assert on_a_host == ["rollback generation 1"]  # once: by the run, not again on leaving
+    out = capsys.readouterr().out
+    assert "S1 FAILED" in out
+    assert "rolled back: rolled back to generation 1" in out
+
+
+@pytest.mark.usefixtures("fake_steps")
+def test_a_failed_rollback_on_leaving_exits_3(
+    monkeypatch: pytest.MonkeyPatch, on_a_host: list[str]
+) -> None:
+    failed = Recovery(Action.FAILED, "go-back", "the rollback broke")
+    monkeypatch.setattr(scenario_module, "recover", lambda *args, **options: failed)
+    monkeypatch.setattr(stage_shell, "interact", lambda scenario, go_back: None)
+    status = stage_shell.enter(_host_scenario("S1"), Path("/nonexistent"), go_back=True)
+    assert status == ExitStatus.INCOMPLETE
+
+
+@pytest.mark.usefixtures("fake_steps")
+def test_a_refused_preflight_opens_no_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
+    nothing = "the host already runs cfx-llm2: the switch would restart nothing"
+    item = CheckResult(
+        PREFLIGHT, Check.PREFLIGHT_RESTARTS, "restarts", False, nothing,
+        reason=Reason.SWITCH_CHANGES_NOTHING,
+    )  # fmt: skip
+    refusal = Preflight(items=[item])
+    monkeypatch.setattr(scenario_module, "run_preflight", lambda *args: refusal)
+    monkeypatch.setattr(stage_shell, "interact", lambda *args: pytest.fail("a prompt opened"))
+    scenario = _host_scenario("S1")
+    assert stage_shell.enter(scenario, Path("/nonexistent"), go_back=True) is None
+    assert scenario.result.status == RunStatus.REFUSED
+    assert cli.exit_status(scenario.result) == ExitStatus.USAGE

@@ -298,8 +298,19 @@ class Scenario:
             self._recover()
         return self.result
 
+    @property
+    def switched(self) -> bool:
+        """Whether the run began the switch (the machine may be on another generation now)."""
+        return self._switched
+
     def _recover(self) -> None:
         """After a failure: go back to the recorded generation, or leave (``on_failure``)."""
+        self.go_back(self.on_failure)
+
+    def go_back(self, on_failure: OnFailure = OnFailure.ROLLBACK) -> None:
+        """Go back to the generation recorded before the switch (or, ``LEAVE``, say how),
+        whatever the checks said, once: ``vmtests shell`` on leaving a host it switched. Nothing
+        to do when nothing was switched, no generation was recorded, or a recovery ran."""
         generation = self.result.generation
         if self.result.recovery is not None or generation is None or not self._switched:
             return
@@ -307,7 +318,7 @@ class Scenario:
             self.result.recovery = recover(
                 self.machine,
                 generation,
-                on_failure=self.on_failure,
+                on_failure=on_failure,
                 command=self.rollback_command,
                 settings=self.settings,
             )

@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import code
 import contextlib
+import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from vmtests.contracts import deadline
 from vmtests.contracts.instrumentation import SSH_PORT
+from vmtests.contracts.status import ExitStatus, RunStatus
 from vmtests.driver.machine import Machine
 from vmtests.driver.qemu import QemuMachine
 from vmtests.driver.ssh import SshMachine
@@ -39,6 +42,7 @@ from vmtests.scenario.judgement.compare import (
     check_restarted,
     diff_snapshots,
 )
+from vmtests.scenario.runner.recovery import Action
 from vmtests.scenario.runner.scenario import Scenario
 
 SESSION_KEY = "shell-key"
@@ -47,26 +51,68 @@ GUEST_USER = "root"
 """Who ``--sh`` logs in as on a QEMU guest: the instrumentation contract's ssh user."""
 
 
-def enter(scenario: Scenario, state_dir: Path, *, sh: bool = False) -> int | None:
+def enter(
+    scenario: Scenario, state_dir: Path, *, sh: bool = False, go_back: bool = False
+) -> int | None:
     """Bring ``scenario``'s machine to its stage (``bring_to_stage``), lift the deadline, then
     open the prompt (``interact``) or, with ``sh``, the guest's login shell (``login_shell``,
-    files in ``state_dir``). Returns the shell's exit status, the prompt's ``exit(n)``, or None
-    when the person left the prompt with Ctrl-D (the stage's outcome is then the status)."""
-    bring_to_stage(scenario)
-    deadline.lift()
-    if sh:
-        return login_shell(scenario.machine, state_dir)
-    return interact(scenario)
+    files in ``state_dir``). With ``go_back``, the machine goes back to the generation it was
+    found on when the session ends, however it ends (``leave``). Returns the shell's exit
+    status, the prompt's ``exit(n)``, 3 when going back failed, or None when the person left
+    the prompt with Ctrl-D (the stage's outcome is then the status). A run the preflight
+    refused opens no prompt: nothing was changed, and there is nothing to look at."""
+    try:
+        bring_to_stage(scenario)
+        if scenario.result.status == RunStatus.REFUSED:
+            return None
+        deadline.lift()
+        with hangup_ends_the_session():
+            status = login_shell(scenario.machine, state_dir) if sh else interact(scenario, go_back)
+    finally:
+        if go_back:
+            leave(scenario)
+    recovery = scenario.result.recovery
+    return ExitStatus.INCOMPLETE if recovery and recovery.action == Action.FAILED else status
 
 
 def bring_to_stage(scenario: Scenario) -> None:
-    """Run ``scenario`` until its stage and print the outcome. A failed check, a broken run or
-    a refusing preflight is printed, not raised: the prompt follows all the same. Ctrl-C and
-    the deadline (``KeyboardInterrupt``) are raised."""
-    # The result holds the error (and the evidence); printed below.
-    with contextlib.suppress(Exception):
-        scenario.run()
-    print(outcome_lines(scenario))
+    """Run ``scenario`` until its stage and print the outcome, also when Ctrl-C or the
+    deadline (``KeyboardInterrupt``, raised) ends it first. A failed check, a broken run or a
+    refusing preflight is printed, not raised: the prompt follows all the same."""
+    try:
+        # The result holds the error (and the evidence); printed below.
+        with contextlib.suppress(Exception):
+            scenario.run()
+    finally:
+        print(outcome_lines(scenario))
+
+
+def leave(scenario: Scenario) -> None:
+    """Put the machine back on the generation it was found on (``Scenario.go_back``), if the
+    scenario switched it and nothing went back yet, and say what became of it."""
+    had_recovery = scenario.result.recovery is not None
+    scenario.go_back()
+    recovery = scenario.result.recovery
+    if recovery is not None and not had_recovery:
+        with contextlib.suppress(OSError):  # the terminal may be gone (a hangup)
+            print(f"vmtests shell: {recovery.action}: {redact_text(recovery.message)}")
+
+
+@contextlib.contextmanager
+def hangup_ends_the_session() -> Iterator[None]:
+    """A closed terminal (SIGHUP) or a SIGTERM ends the session as ``exit`` would, so that
+    what follows it (``leave``, closing the machine) still runs; the default ends the process
+    at once."""
+
+    def end(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {number: signal.signal(number, end) for number in (signal.SIGHUP, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def outcome_lines(scenario: Scenario) -> str:
@@ -86,6 +132,11 @@ def outcome_lines(scenario: Scenario) -> str:
     lines += [f"  evidence of {name}: result.evidence[{name!r}]" for name in result.evidence]
     if result.recovery is not None:
         lines.append(f"  {result.recovery.action}: {result.recovery.message}")
+    elif result.generation is not None and scenario.switched:
+        lines.append(
+            f"  found on {result.generation.description}; the way back, as root on the "
+            f"machine: {result.generation.rollback_command}"
+        )
     return "\n".join(lines)
 
 
@@ -125,17 +176,24 @@ BOUND = {
 }
 
 
-def banner(scenario: Scenario) -> str:
+def banner(scenario: Scenario, go_back: bool = False) -> str:
     """The prompt's banner: where the machine is, the names bound, how to leave and what
     happens to the machine then."""
     machine = scenario.machine
     width = max(len(name) for name in BOUND)
     names = [f"  {name:<{width}}  {what}" for name, what in BOUND.items()]
-    end = (
-        "the guest is powered off when you leave"
-        if isinstance(machine, QemuMachine)
-        else f"{machine.name} is left as it is when you leave"
-    )
+    end = f"{machine.name} is left as it is when you leave"
+    generation = scenario.result.generation
+    if isinstance(machine, QemuMachine):
+        end = "the guest is powered off when you leave"
+    elif scenario.switched and generation is not None and scenario.result.recovery is None:
+        end = (
+            f"leaving puts {machine.name} back on {generation.description} (its serving unit "
+            "restarts)"
+            if go_back
+            else f"{machine.name} stays switched when you leave; the way back: "
+            f"{generation.rollback_command}"
+        )
     return "\n".join(
         [
             f"vmtests shell: {machine.name} at {scenario.until}, profile {scenario.profile.name}",
@@ -146,7 +204,7 @@ def banner(scenario: Scenario) -> str:
     )
 
 
-def interact(scenario: Scenario) -> int | None:
+def interact(scenario: Scenario, go_back: bool = False) -> int | None:
     """The interactive Python prompt (``code.interact``) with ``namespace`` bound; line editing
     and completion of the bound names when ``readline`` is there. Returns ``exit(n)``'s status,
     or None after Ctrl-D."""
@@ -159,7 +217,9 @@ def interact(scenario: Scenario) -> int | None:
         readline.parse_and_bind("tab: complete")
     end = "powering the guest off" if isinstance(scenario.machine, QemuMachine) else "leaving"
     try:
-        code.interact(banner=banner(scenario), local=bound, exitmsg=f"vmtests shell: {end}")
+        code.interact(
+            banner=banner(scenario, go_back), local=bound, exitmsg=f"vmtests shell: {end}"
+        )
     except SystemExit as leaving:  # exit(n) at the prompt
         return exit_code(leaving.code)
     return None

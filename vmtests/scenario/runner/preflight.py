@@ -41,14 +41,15 @@ from vmtests.scenario.install.generations import SWITCH_COMPARED_STATES, simple_
 from vmtests.scenario.install.switching import CommandSwitch, Switcher
 from vmtests.scenario.judgement.checks import unauthorized_message
 from vmtests.scenario.judgement.results import CheckResult
-from vmtests.scenario.runner.versions import parse_versions, versions_script
+from vmtests.scenario.runner.versions import VERSIONS_TIMEOUT, parse_versions, versions_script
 from vmtests.tt_smi_parse import SNAPSHOT_ON_STDOUT_SINCE_TT_SMI, dotted, version_tuple
 
 PREFLIGHT = "preflight"
 """The stage label of the preflight's results."""
 BASE_TOOLS = ("systemctl", "journalctl", "curl", "tt-smi")
-PREFLIGHT_TIMEOUT = 240.0
-"""The preflight's one round trip: each version command is bounded at 30 s, the rest at 10 s."""
+PREFLIGHT_TIMEOUT = VERSIONS_TIMEOUT + 60.0
+"""The preflight's one round trip: the version commands (``VERSIONS_TIMEOUT``), then its own
+reads, each bounded at 10 s."""
 
 _SCRIPT = r"""
 tools=$1; keyfile=$2; port=$3; unit=$4

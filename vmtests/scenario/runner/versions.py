@@ -78,14 +78,17 @@ UPSTREAM_VERSION = re.compile(r"v?(\d+(?:\.\d+)+)")
 ``-1~deb13u1``, ``+deb13-amd64``, a note in parentheses) is packaging."""
 SAME_UPSTREAM_MARKS = {True: "yes", False: "no", None: "cannot tell"}
 """The ``same upstream version?`` column: ``cannot tell`` when a side has no version."""
-VERSIONS_TIMEOUT = 240.0
-"""One round trip: each version command is bounded at 30 s."""
+VERSION_COMMAND_TIMEOUT = 30
+"""Seconds each version command may take on the machine (``timeout`` in ``versions_script``)."""
+VERSIONS_TIMEOUT = float(VERSION_COMMAND_TIMEOUT * len(VERSION_COMMANDS) + 30)
+"""One round trip: every version command at its bound, and the shell's own start."""
 NOT_FOUND = "not found"
 
-_FUNCTION = r"""
-version() {  # version TOOL COMMAND: what COMMAND prints (within 30 s), "-" when it fails
-  sec "version $1"; out=$(timeout 30 sh -c "$2" 2>&1) || out=-; printf '%s\n' "${out:--}"
-}
+_FUNCTION = rf"""
+version() {{  # version TOOL COMMAND: what COMMAND prints (within its bound), "-" when it fails
+  sec "version $1"; out=$(timeout {VERSION_COMMAND_TIMEOUT} sh -c "$2" 2>&1) || out=-
+  printf '%s\n' "${{out:--}}"
+}}
 """
 
 

@@ -1,4 +1,4 @@
-"""The reference guest: a Debian bookworm image that follows the instrumentation contract.
+"""The reference guest: a Debian trixie image that follows the instrumentation contract.
 
 Built with ``mmdebstrap --mode=root`` and ``mkfs.ext4 -d`` (no loop mounts), cached under
 ``~/.cache/vmtests/images/<hash>`` where the hash covers every input: the package list, suite,
@@ -32,7 +32,9 @@ from vmtests.guest import toolpath
 from vmtests.guest.build_cache import cached_build, file_lock, run_step
 from vmtests.guest.snapshot_cache import Preparation, code_digest, prepare_guest
 
-SUITE = "bookworm"
+SUITE = "trixie"
+"""The newest Debian release, the closest to the NixOS the module runs on (systemd 257, Docker
+26, containerd 1.7, kernel 6.12; docs/instrumentation.md)."""
 PACKAGES = (
     "systemd-sysv",
     "udev",

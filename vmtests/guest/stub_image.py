@@ -83,6 +83,8 @@ _TRIM = (
     "usr/share/locale",
     "usr/share/info",
     "usr/share/common-licenses",
+    "usr/share/zoneinfo",  # tzdata: the container has no /etc/localtime and the stub no zoneinfo
+    "usr/share/perl5",  # debconf's, for tzdata's maintainer scripts (never run here)
     "usr/lib/x86_64-linux-gnu/gconv",  # iconv modules: Python never loads them
     "var/cache",
     # Standard library parts the stub never imports (the build imports the server to check).
@@ -116,7 +118,9 @@ _TRIM = (
         for lib in (
             *("libdb-", "libsqlite3", "libreadline", "libhistory", "libncurses", "libtinfo"),
             *("libtirpc", "libnsl", "libkrb5", "libgssapi", "libk5crypto", "libcom_err"),
-            *("libkeyutils", "libzstd", "libpcre2", "libselinux", "libacl", "libmd.", "libmvec"),
+            # (not libzstd: trixie's OpenSSL, thus _ssl and _hashlib, links it)
+            *("libkeyutils", "libpcre2", "libselinux", "libacl", "libmd.", "libmvec"),
+            *("libformw", "libmenuw", "libpanelw", "libtic"),
             *("libcrypt.", "libgdbm", "libmemusage", "libpcprofile", "libc_malloc_debug"),
             *("libBrokenLocale", "libthread_db", "libnss_hesiod"),
         )

@@ -1,4 +1,4 @@
-"""The reference guest: a Debian bookworm image that follows the instrumentation contract.
+"""The reference guest: a Debian trixie image that follows the instrumentation contract.
 
 Built with ``mmdebstrap --mode=root`` and ``mkfs.ext4 -d`` (no loop mounts), cached under
 ``~/.cache/vmtests/images/<hash>`` where the hash covers every input: the package list, suite,
@@ -32,7 +32,9 @@ from vmtests.guest import toolpath
 from vmtests.guest.build_cache import cached_build, file_lock, run_step
 from vmtests.guest.snapshot_cache import Preparation, code_digest, prepare_guest
 
-SUITE = "bookworm"
+SUITE = "trixie"
+"""The newest Debian release, the closest to the NixOS the module runs on (systemd 257, Docker
+26, containerd 1.7, kernel 6.12; docs/instrumentation.md)."""
 PACKAGES = (
     "systemd-sysv",
     "udev",
@@ -47,6 +49,9 @@ PACKAGES = (
     "sudo",  # the ssh backend's sudo mode is tested against the reference guest
     # The serving unit runs the stub as a container, as oci-containers does on NixOS.
     "docker.io",
+    # The docker command: since trixie docker.io carries only the daemon and merely recommends
+    # its client (Recommends are not installed), which nixpkgs' docker package includes.
+    "docker-cli",
     # The configuration's firewall, which NixOS turns on by default (vmtests/guest/firewall.py).
     "nftables",
 )
@@ -86,6 +91,16 @@ BOOT_TIME_MASKS = (
     # removes Docker's tables; the configuration's firewall is firewall.service
     # (vmtests/guest/firewall.py), as on NixOS.
     "nftables.service",
+    # Debian mounts a tmpfs on /tmp since trixie (systemd's tmp.mount, which bookworm left
+    # out); NixOS keeps /tmp on the root file system (`boot.tmp.useTmpfs` defaults to false,
+    # nixpkgs nixos/modules/system/boot/tmp.nix, and tmp.mount is not among the upstream units
+    # of nixos/modules/system/boot/systemd.nix), so what a test leaves in /tmp survives a
+    # reboot there and takes no guest memory.
+    "tmp.mount",
+    # Since trixie: ld.so.cache rebuilt at the first boot of every fresh guest
+    # (ConditionNeedsUpdate=/etc; mmdebstrap already built it). NixOS has no ld.so.cache and no
+    # such unit.
+    "ldconfig.service",
 )
 NIXOS_ABSENT_GENERATORS = (
     # Debian's systemd runs these at every boot and every daemon-reload (each one a process,

@@ -5,10 +5,11 @@ the stub server (``modules/tenstorrent-stub.nix``), through the serving module's
 The reference guest loads an image of the same name, entrypoint and environment, made without
 Docker or Nix on the host:
 
-1. ``mmdebstrap --variant=extract`` unpacks ``python3-minimal`` and ``libpython3.11-stdlib`` with
+1. ``mmdebstrap --variant=extract`` unpacks ``python3-minimal`` and the standard library with
    their dependencies into a directory (no maintainer scripts: a container needs only files),
-   and what the stub cannot use is removed (``_TRIM``: ``docker load`` reads
-   the whole image at every start);
+   and ``base-files``, whose merged-/usr links (``/lib64`` -> ``usr/lib64``) hold the path of the
+   program interpreter every binary names; what the stub cannot use is removed (``_TRIM``:
+   ``docker load`` reads the whole image at every start);
 2. the stub package (``vmtests/__init__.py``, ``vmtests/stub``, ``vmtests/contracts``, the
    package the NixOS image carries too) goes to ``/opt/vmtests/vmtests``, and the image's own
    Python imports the server there as a check;
@@ -44,7 +45,19 @@ IMAGE_TAG = "latest"
 IMAGE = f"{IMAGE_NAME}:{IMAGE_TAG}"
 """The image reference, the same as the NixOS stub's (``modules/tenstorrent-stub.nix``)."""
 
-PACKAGES = ("python3-minimal", "libpython3.11-stdlib")
+PYTHON_VERSION = "3.13"
+"""The python3 of ``SUITE`` (Debian trixie's default Python); the stub runs on it."""
+PACKAGES = (
+    "python3-minimal",
+    f"libpython{PYTHON_VERSION}-stdlib",
+    # Since trixie libc6 installs the program interpreter in /usr/lib64 only: the
+    # /lib64/ld-linux-x86-64.so.2 that every binary names is reached through base-files'
+    # merged-/usr links (bin, sbin, lib, lib64 -> usr/...), which an extract does not get
+    # unless it unpacks base-files (Debian's DEP 17).
+    "base-files",
+)
+_STDLIB = f"usr/lib/python{PYTHON_VERSION}"
+_ABI = f"cpython-{PYTHON_VERSION.replace('.', '')}-x86_64-linux-gnu"
 PYTHONPATH = "/opt/vmtests"
 PYTHON = "/usr/bin/python3"
 ENTRYPOINT = (PYTHON, "-m", "vmtests.stub.server")
@@ -62,46 +75,52 @@ DISK_SERIAL = "vmtests-stub-image"
 holding ``ARCHIVE_NAME`` (tar pads to whole blocks, so a block device reads it back exactly)."""
 PACKAGE_PARTS = ("__init__.py", "stub", "contracts")
 _TRIM = (
-    # Paths and glob patterns under the image's root, removed before the layer is made.
+    # Paths and glob patterns under the image's root, removed before the layer is made. The
+    # root's bin, sbin, lib and lib64 are base-files' links into usr: patterns name usr only (a
+    # pattern through a link would remove what it points to).
     "usr/share/doc",
     "usr/share/man",
     "usr/share/locale",
     "usr/share/info",
+    "usr/share/common-licenses",
+    "usr/share/zoneinfo",  # tzdata: the container has no /etc/localtime and the stub no zoneinfo
+    "usr/share/perl5",  # debconf's, for tzdata's maintainer scripts (never run here)
     "usr/lib/x86_64-linux-gnu/gconv",  # iconv modules: Python never loads them
     "var/cache",
     # Standard library parts the stub never imports (the build imports the server to check).
     *(
-        f"usr/lib/python3.11/{name}"
+        f"{_STDLIB}/{name}"
         for name in (
-            *("pydoc_data", "lib2to3", "ensurepip", "unittest", "distutils", "sqlite3"),
-            *("test", "idlelib", "tkinter", "turtledemo", "curses", "dbm"),
+            *("pydoc_data", "ensurepip", "unittest", "sqlite3", "test", "idlelib", "tkinter"),
+            *("turtledemo", "curses", "dbm"),
         )
     ),
     # `docker load` reads and hashes the whole image at every start (seconds per 10 MB under
     # TCG), so what the stub cannot use goes: the entrypoint is python3 itself, nothing else of
     # the package tools runs in the container ...
-    *(f"{d}/*" for d in ("bin", "sbin", "usr/sbin")),
+    "usr/sbin/*",
     "usr/bin/[!p]*",
     "usr/bin/py3*",
-    # ... extension modules for terminals, databases, CJK codecs, NIS and CPython's tests ...
+    # ... extension modules for terminals, databases, CJK codecs and CPython's tests ...
     *(
-        f"usr/lib/python3.11/lib-dynload/{name}.cpython-311-x86_64-linux-gnu.so"
+        f"{_STDLIB}/lib-dynload/{name}.{_ABI}.so"
         for name in (
             *("_codecs_cn", "_codecs_hk", "_codecs_iso2022", "_codecs_jp", "_codecs_kr"),
-            *("_codecs_tw", "_curses", "_curses_panel", "_dbm", "_sqlite3", "readline", "nis"),
-            *("_test*", "_ctypes_test", "_xx*", "xxlimited*", "audioop", "ossaudiodev", "_crypt"),
+            *("_codecs_tw", "_curses", "_curses_panel", "_dbm", "_sqlite3", "readline"),
+            *("_test*", "_ctypes_test", "_xx*", "xxlimited*", "xxsubtype"),
         )
     ),
     # ... and the libraries only those modules and tools load. Every extension module left is
     # imported in the image at build time (_PRECOMPILE), so a library removed wrongly fails the
     # build, never a container start.
     *(
-        f"{d}/x86_64-linux-gnu/{lib}*"
-        for d in ("lib", "usr/lib")
+        f"usr/lib/x86_64-linux-gnu/{lib}*"
         for lib in (
             *("libdb-", "libsqlite3", "libreadline", "libhistory", "libncurses", "libtinfo"),
             *("libtirpc", "libnsl", "libkrb5", "libgssapi", "libk5crypto", "libcom_err"),
-            *("libkeyutils", "libzstd", "libpcre2", "libselinux", "libacl", "libmd.", "libmvec"),
+            # (not libzstd: trixie's OpenSSL, thus _ssl and _hashlib, links it)
+            *("libkeyutils", "libpcre2", "libselinux", "libacl", "libmd.", "libmvec"),
+            *("libformw", "libmenuw", "libpanelw", "libtic"),
             *("libcrypt.", "libgdbm", "libmemusage", "libpcprofile", "libc_malloc_debug"),
             *("libBrokenLocale", "libthread_db", "libnss_hesiod"),
         )

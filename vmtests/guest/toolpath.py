@@ -33,7 +33,7 @@ DEBIAN_PACKAGES: dict[str, tuple[str, ...]] = {
     "bash": ("bash",),
     "coreutils": ("coreutils",),
     "curl": ("curl",),
-    "docker": ("docker.io",),
+    "docker": ("docker.io", "docker-cli"),  # trixie splits the client off the daemon
     "findutils": ("findutils",),
     "gnugrep": ("grep",),
     "gnused": ("sed",),

@@ -13,6 +13,7 @@ that way, as ``vmtests selftest`` does with several lanes.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -32,6 +33,7 @@ from vmtests.scenario.controls.run import ControlsRun
 from vmtests.scenario.install.reference_switch import ReferenceSwitch
 from vmtests.scenario.judgement.server_config import ENGINE_LINE
 from vmtests.scenario.runner.scenario import Scenario
+from vmtests.scenario.runner.versions import upstream_version
 
 pytestmark = [pytest.mark.vm, pytest.mark.nix, pytest.mark.guest_seconds(620)]
 
@@ -73,6 +75,21 @@ def control_run(scenario_guest: ScenarioGuest, vmtests_report_dir: Path) -> Cont
 def test_scenario_passes_on_the_reference_guest(scenario_guest: ScenarioGuest) -> None:
     guest = scenario_guest
     assert_scenario_passed(guest.scenario, guest.machine, guest.report_dir)
+
+
+NEAREST_DEBIAN = {"systemd": (257,), "Docker": (26,)}
+"""The least a reference guest may run (issue 26): Debian trixie's, the nearest Debian has to
+NixOS 26.11's systemd 260 and Docker 29 (docs/instrumentation.md, "Debian trixie, not
+bookworm"). An older guest would let a run here pass on behaviour NixOS no longer has."""
+
+
+def test_the_reports_version_table_shows_a_guest_near_nixos(scenario_guest: ScenarioGuest) -> None:
+    report = json.loads((scenario_guest.report_dir / "report.json").read_text())
+    rows = {row["component"]: row for row in report["version_table"]["rows"]}
+    for component, least in NEAREST_DEBIAN.items():
+        found = upstream_version(rows[component]["run"])
+        assert found is not None, rows[component]
+        assert tuple(int(part) for part in found.split(".")[: len(least)]) >= least, rows[component]
 
 
 def test_correct_configuration_raises_no_alarm(control_run: ControlsRun) -> None:

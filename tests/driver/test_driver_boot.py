@@ -107,6 +107,7 @@ def broken_kvm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return verdict
 
 
+@pytest.mark.nightly
 def test_accel_auto_falls_back_to_tcg_when_kvm_hangs_and_remembers_it(
     reference_image: ReferenceImage,
     broken_kvm: Path,

@@ -92,7 +92,7 @@ def _assert_nothing_left(needle: str, timeout: float = 15) -> None:
     assert not left, f"processes outlived the child session after {timeout}s: {left}"
 
 
-@pytest.mark.parametrize("how", ["booted", "restored"])
+@pytest.mark.parametrize("how", [pytest.param("booted", marks=pytest.mark.nightly), "restored"])
 def test_nothing_outlives_a_deliberately_failing_test(tmp_path: Path, how: str) -> None:
     proc, basetemp = _child(tmp_path, f"fails and {how}")
     output = proc.communicate(timeout=600)[0]

@@ -16,13 +16,16 @@ from pathlib import Path
 import pytest
 from controls_support import NIGHTLY, assert_detected, assert_own_messages, run_controls
 
-from vmtests.contracts.findings import Check
+from vmtests.contracts.findings import Check, Finding, Reason
+from vmtests.contracts.serving import SERVING_UNIT
 from vmtests.profiles import load_profile
-from vmtests.scenario.controls.catalogue import RM_F
+from vmtests.scenario.collection.snapshot import CONTAINER_LOG
+from vmtests.scenario.controls.catalogue import CONTROLS, RM_F
 from vmtests.scenario.controls.container_stop import SIGTERM
 from vmtests.scenario.controls.control import Control
 from vmtests.scenario.controls.run import ControlsRun
 from vmtests.scenario.install.reference_switch import ReferenceSwitch
+from vmtests.scenario.judgement.server_config import ENGINE_LINE
 from vmtests.scenario.prepared import prepared_reference_guest, target_serving
 
 pytestmark = [
@@ -76,3 +79,35 @@ def test_oci_containers_rm_f_pre_start_is_caught(control_run: ControlsRun) -> No
     assert [(f.finding, f.subject) for f in outcome.failures] == [
         (RM_F.finds, "leftover container")
     ]
+
+
+def test_a_flooded_journal_fails_only_the_evidence(control_run: ControlsRun) -> None:
+    """journald dropped the start's lines and said so: that alone fails; the banners and the
+    engine's config line, lost from the unit's journal, were found in the container's own log."""
+    suppressed = Finding(Check.SNAPSHOT_EVIDENCE, Reason.JOURNAL_SUPPRESSED)
+    (control,) = [c for c in CONTROLS if c.finds == suppressed]
+    outcome = control_run.outcomes[control.name]
+    assert outcome.findings == control.declared, "\n".join(map(str, outcome.failures))
+    assert f"from {SERVING_UNIT}" in outcome.message
+    snapshot = outcome.snapshot
+    assert snapshot is not None
+    assert snapshot.suppressed()[0].dropped > 0
+    engine = [line for line in snapshot.current_lines() if ENGINE_LINE in line.message]
+    assert engine
+    assert {line.source for line in engine} == {CONTAINER_LOG}
+
+
+def test_a_service_that_restarted_on_its_own_is_caught_with_its_count(
+    control_run: ControlsRun,
+) -> None:
+    """Only the restart fails: the restarted service answers and holds every setting, and the
+    message gives the count and the last exit status."""
+    restarted = Finding(Check.SERVICE_RESTARTS, Reason.UNIT_RESTARTED)
+    (control,) = [c for c in CONTROLS if c.finds == restarted]
+    outcome = control_run.outcomes[control.name]
+    assert outcome.findings == {restarted}, "\n".join(map(str, outcome.failures))
+    assert outcome.snapshot is not None
+    assert outcome.snapshot.health.status == 200
+    assert outcome.snapshot.unit.n_restarts == 1
+    assert "restarted on its own 1 time(s)" in outcome.message
+    assert "code=exited, status=1/FAILURE" in outcome.message

@@ -535,10 +535,8 @@ def command_shell(args: argparse.Namespace) -> int:
         if not changes and foreign and not args.switch_command
         else _switcher(args, profile, target, found)
     )
-    reference = isinstance(switcher, ReferenceSwitch)
-    deploy = (
-        switcher if isinstance(switcher, ReferenceSwitch) and target == REFERENCE_TARGET else None
-    )
+    reference = switcher if isinstance(switcher, ReferenceSwitch) else None
+    deploy = reference if target == REFERENCE_TARGET else None
     with (
         keep_run.run_state("vmtests-shell-") as state,
         _checked_machine(target, state.path, found, deploy, "shell") as (machine, started),
@@ -548,8 +546,9 @@ def command_shell(args: argparse.Namespace) -> int:
         on_failure = _on_failure(args, target)
         scenario = Scenario(
             machine, profile, switcher, target=args.target, settings=found, until=args.stage,
-            base_profile=_load(BASE_PROFILE) if reference else None, start_machine=not started,
-            preflight=changes, on_failure=on_failure, rollback_command=args.rollback_command,
+            base_profile=None if reference is None else _load(BASE_PROFILE),
+            start_machine=not started, preflight=changes, on_failure=on_failure,
+            rollback_command=args.rollback_command,
         )  # fmt: skip
         go_back = on_failure == OnFailure.ROLLBACK
         status = stage_shell.enter(scenario, state.path, sh=args.sh, go_back=go_back)

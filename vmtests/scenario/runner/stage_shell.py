@@ -13,8 +13,9 @@ becomes the command's.
 Only Ctrl-C and the deadline stop before the prompt. The run's deadline
 (``vmtests.contracts.deadline``) bounds bringing the machine to the stage; it is lifted before the
 prompt opens, so no deadline ends an interactive session. When the prompt or the shell ends,
-the caller closes the machine as after any run: a QEMU guest is powered off, a host over ssh
-left as it is.
+a host the stage switched goes back to the generation it was found on (``leave``, unless
+``--on-failure leave``), and the caller closes the machine as after any run: a QEMU guest is
+powered off.
 """
 
 from __future__ import annotations

@@ -151,7 +151,9 @@ in
     # `vmtests shell --sh` reaches the VM's sshd on the forwarded port 22 and logs in with a key
     # it appends to root's ~/.ssh/authorized_keys over the backdoor: both are nixpkgs' defaults
     # (nixos/modules/services/networking/ssh/sshd.nix, openFirewall, authorizedKeysInHomedir),
-    # said here so that a host configuration hardening them fails the evaluation, not the shell.
+    # said here so that a host configuration setting either to a plain `false` fails the
+    # evaluation, not the shell (a `lib.mkForce false`, another `authorizedKeysFiles` or a port
+    # other than 22 would still pass it: the eval tier's rendered units are where to look).
     services.openssh = {
       enable = true;
       openFirewall = true;

@@ -5,6 +5,7 @@ shell's ssh command line, and the deadline lifted before the prompt."""
 from __future__ import annotations
 
 import copy
+import os
 import signal
 import time
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from vmtests import cli
 from vmtests.contracts import deadline
 from vmtests.contracts.findings import Check, Reason
 from vmtests.contracts.status import ExitStatus, RunStatus
+from vmtests.driver.errors import DriverError
 from vmtests.driver.machine import CommandResult, Machine
 from vmtests.driver.ssh import SshMachine
 from vmtests.profiles import Profile, load_profile
@@ -28,7 +30,7 @@ from vmtests.scenario.judgement.checks import evaluate_stage
 from vmtests.scenario.judgement.results import CheckResult
 from vmtests.scenario.runner import scenario as scenario_module
 from vmtests.scenario.runner import stage_shell
-from vmtests.scenario.runner.preflight import PREFLIGHT, Preflight
+from vmtests.scenario.runner.preflight import PREFLIGHT, Preflight, PreflightRefused
 from vmtests.scenario.runner.recovery import Action, OnFailure, Recovery
 from vmtests.scenario.runner.scenario import ROLLBACK_STAGE, STAGES, Scenario
 
@@ -396,3 +398,60 @@ def test_a_refused_preflight_opens_no_prompt(monkeypatch: pytest.MonkeyPatch) ->
     assert stage_shell.enter(scenario, Path("/nonexistent"), go_back=True) is None
     assert scenario.result.status == RunStatus.REFUSED
     assert cli.exit_status(scenario.result) == ExitStatus.USAGE
+
+
+@pytest.mark.usefixtures("fake_steps")
+def test_sigterm_while_switching_puts_the_host_back_as_ctrl_c_does(
+    capsys: pytest.CaptureFixture[str], on_a_host: list[str]
+) -> None:
+    class Terminated(FakeSwitch):
+        def switch(self, machine: Machine, profile: Profile) -> None:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    scenario = _host_scenario("S1", Terminated())
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt):
+        stage_shell.enter(scenario, Path("/nonexistent"), go_back=True)
+    assert scenario.result.status == RunStatus.INTERRUPTED
+    assert on_a_host == ["rollback generation 1"]
+    assert "rolled back: rolled back to generation 1" in capsys.readouterr().out
+    assert signal.getsignal(signal.SIGTERM) == before  # put back as it was
+
+
+@pytest.mark.usefixtures("fake_steps")
+def test_a_hangup_at_the_prompt_detaches_the_output_and_still_goes_back(
+    monkeypatch: pytest.MonkeyPatch, on_a_host: list[str]
+) -> None:
+    detached: list[bool] = []
+    monkeypatch.setattr(stage_shell, "detach_output", lambda: detached.append(True))
+
+    def prompt(scenario: Scenario, go_back: bool) -> int | None:
+        os.kill(os.getpid(), signal.SIGHUP)
+        pytest.fail("the hangup did not end the prompt")
+
+    monkeypatch.setattr(stage_shell, "interact", prompt)
+    with pytest.raises(SystemExit) as ended:
+        stage_shell.enter(_host_scenario("S1"), Path("/nonexistent"), go_back=True)
+    assert ended.value.code == 128 + signal.SIGHUP
+    assert detached == [True]
+    assert on_a_host == ["rollback generation 1"]
+
+
+@pytest.mark.usefixtures("fake_steps")
+def test_a_host_whose_generation_cannot_be_recorded_is_not_switched_even_with_a_rollback_command(
+    on_a_host: list[str],
+) -> None:
+    class Unrecorded(FakeSwitch):
+        def record_generation(self, machine: Machine) -> Generation:
+            raise DriverError("readlink /run/current-system: no such file")
+
+    switch = Unrecorded()
+    scenario = Scenario(
+        FakeMachine(), CFX, switch, until="S1", preflight=True, on_failure=OnFailure.ROLLBACK,
+        rollback_command="nixos-rebuild switch --rollback",
+    )  # fmt: skip
+    with pytest.raises(PreflightRefused):
+        scenario.run()
+    assert not any(call.startswith("switch") for call in switch.calls)
+    (item,) = [r for r in scenario.result.preflight if r.failed]
+    assert item.reason == Reason.NO_GENERATION

@@ -49,7 +49,8 @@ PREFLIGHT = "preflight"
 BASE_TOOLS = ("systemctl", "journalctl", "curl", "tt-smi")
 PREFLIGHT_TIMEOUT = VERSIONS_TIMEOUT + 60.0
 """The preflight's one round trip: the version commands (``VERSIONS_TIMEOUT``), then its own
-reads, each bounded at 10 s."""
+reads (systemctl, df, and the API key's request, which curl bounds at 10 s), given a
+minute."""
 
 _SCRIPT = r"""
 tools=$1; keyfile=$2; port=$3; unit=$4

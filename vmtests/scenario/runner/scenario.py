@@ -342,7 +342,9 @@ class Scenario:
             try:
                 self.result.generation = switcher.record_generation(self.machine)
             except DriverError as error:
-                if self.on_failure == OnFailure.ROLLBACK and not self.rollback_command:
+                # Going back needs the recorded generation (a --rollback-command too, which is
+                # given it as {generation}): without it, a host that must go back is not switched.
+                if self.on_failure == OnFailure.ROLLBACK:
                     item = CheckResult(
                         PREFLIGHT, Check.PREFLIGHT_GENERATION, "generation", False,
                         str(error), reason=Reason.NO_GENERATION,

@@ -10,21 +10,25 @@ one with its machines bound (NixOS/nixpkgs nixos/lib/test-driver/src/test_driver
 ``--sh``, the guest's login shell over ssh with a terminal (``login_argv``), whose exit status
 becomes the command's.
 
-Only Ctrl-C and the deadline stop before the prompt. The run's deadline
-(``vmtests.contracts.deadline``) bounds bringing the machine to the stage; it is lifted before the
-prompt opens, so no deadline ends an interactive session. When the prompt or the shell ends,
-a host the stage switched goes back to the generation it was found on (``leave``, unless
-``--on-failure leave``), and the caller closes the machine as after any run: a QEMU guest is
-powered off.
+Only Ctrl-C, the deadline, SIGTERM and a hangup (the last two as Ctrl-C) stop before the
+prompt. The run's deadline (``vmtests.contracts.deadline``) bounds bringing the machine to the
+stage; it is lifted before the prompt opens, so no deadline ends an interactive session. When
+the prompt or the shell ends, a host the stage switched goes back to the generation it was found
+on (``leave``, unless ``--on-failure leave``), and the caller closes the machine as after any
+run: a QEMU guest is powered off.
 """
 
 from __future__ import annotations
 
 import code
 import contextlib
+import os
 import signal
 import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,20 +62,22 @@ def enter(
     """Bring ``scenario``'s machine to its stage (``bring_to_stage``), lift the deadline, then
     open the prompt (``interact``) or, with ``sh``, the guest's login shell (``login_shell``,
     files in ``state_dir``). With ``go_back``, the machine goes back to the generation it was
-    found on when the session ends, however it ends (``leave``). Returns the shell's exit
-    status, the prompt's ``exit(n)``, 3 when going back failed, or None when the person left
-    the prompt with Ctrl-D (the stage's outcome is then the status). A run the preflight
-    refused opens no prompt: nothing was changed, and there is nothing to look at."""
-    try:
-        bring_to_stage(scenario)
-        if scenario.result.status == RunStatus.REFUSED:
-            return None
-        deadline.lift()
-        with hangup_ends_the_session():
+    found on when the session ends, however it ends (``leave``; ``signals_end_the_session``).
+    Returns the shell's exit status, the prompt's ``exit(n)``, 3 when going back failed, or
+    None when the person left the prompt with Ctrl-D (the stage's outcome is then the status).
+    A run the preflight refused, or whose deadline passed, opens no prompt."""
+    with signals_end_the_session() as session:
+        try:
+            bring_to_stage(scenario)
+            if scenario.result.status == RunStatus.REFUSED or deadline.passed() is not None:
+                return None
+            deadline.lift()
+            session.at_prompt = True
             status = login_shell(scenario.machine, state_dir) if sh else interact(scenario, go_back)
-    finally:
-        if go_back:
-            leave(scenario)
+        finally:
+            session.at_prompt = session.ending = True
+            if go_back:
+                leave(scenario)
     recovery = scenario.result.recovery
     return ExitStatus.INCOMPLETE if recovery and recovery.action == Action.FAILED else status
 
@@ -99,21 +105,53 @@ def leave(scenario: Scenario) -> None:
             print(f"vmtests shell: {recovery.action}: {redact_text(recovery.message)}")
 
 
+@dataclass
+class Session:
+    """Where ``enter`` is, for the signal handler: at the prompt, or ending it (``leave``)."""
+
+    at_prompt: bool = False
+    ending: bool = False
+
+
+HANGUP_LOG_PREFIX = "vmtests-shell-hangup-"
+"""The file (in the system's temporary directory) that takes the output after a hangup."""
+
+
 @contextlib.contextmanager
-def hangup_ends_the_session() -> Iterator[None]:
-    """A closed terminal (SIGHUP) or a SIGTERM ends the session as ``exit`` would, so that
-    what follows it (``leave``, closing the machine) still runs; the default ends the process
-    at once."""
+def signals_end_the_session() -> Iterator[Session]:
+    """A closed terminal (SIGHUP) or a SIGTERM ends the session the way Ctrl-C or ``exit``
+    would, so that the way back still runs: while the stage is being reached, as Ctrl-C (the
+    scenario goes back, ``on_failure``); at the prompt, as ``exit``; while going back, not at
+    all (it finishes). After a hangup the output goes to a file, as the terminal is gone and a
+    write to it would break the way back."""
+    session = Session()
 
     def end(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)
+        if signum == signal.SIGHUP:
+            detach_output()
+        if session.ending:
+            return
+        if session.at_prompt:
+            raise SystemExit(128 + signum)
+        raise KeyboardInterrupt(f"signal {signum}")
 
     previous = {number: signal.signal(number, end) for number in (signal.SIGHUP, signal.SIGTERM)}
     try:
-        yield
+        yield session
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+
+
+def detach_output() -> None:
+    """Point standard output and error at a file of their own (``HANGUP_LOG_PREFIX``), kept."""
+    descriptor, _path = tempfile.mkstemp(prefix=HANGUP_LOG_PREFIX, suffix=".log")
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os.dup2(descriptor, 1)
+    os.dup2(descriptor, 2)
+    os.close(descriptor)
 
 
 def outcome_lines(scenario: Scenario) -> str:
@@ -132,7 +170,7 @@ def outcome_lines(scenario: Scenario) -> str:
         lines.append(f"  stopped after {result.stopped_at}: it failed, so it was not rebooted")
     lines += [f"  evidence of {name}: result.evidence[{name!r}]" for name in result.evidence]
     if result.recovery is not None:
-        lines.append(f"  {result.recovery.action}: {result.recovery.message}")
+        lines.append(f"  {result.recovery.action}: {redact_text(result.recovery.message)}")
     elif result.generation is not None and scenario.switched:
         lines.append(
             f"  found on {result.generation.description}; the way back, as root on the "
@@ -187,6 +225,11 @@ def banner(scenario: Scenario, go_back: bool = False) -> str:
     generation = scenario.result.generation
     if isinstance(machine, QemuMachine):
         end = "the guest is powered off when you leave"
+    elif scenario.result.recovery is not None:
+        end = (
+            f"{machine.name} already went back ({scenario.result.recovery.action}, above) and "
+            "is left as it is when you leave"
+        )
     elif scenario.switched and generation is not None and scenario.result.recovery is None:
         end = (
             f"leaving puts {machine.name} back on {generation.description} (its serving unit "
